@@ -1,0 +1,102 @@
+// The backend seam: the few tensor operations a transformer forward pass needs, implemented once
+// per device. The CPU backend is the reference; every other backend is tested against it.
+//
+// Public methods check shapes and dtypes (broken shapes are internal bugs, so they abort with
+// ICECACHE_CHECK) and dispatch to the Do* virtuals. Operations never allocate: callers own every
+// output and workspace tensor (allocated up front with Allocate), which keeps a decode step
+// replayable as a CUDA graph.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/tensor.h"
+#include "icecache/status.h"
+#include "kv/kv_views.h"
+
+namespace icecache {
+
+// Arguments of Backend::WriteKv: store new K/V rows into their page slots.
+struct KvWriteArgs {
+  Tensor k;          // [n_tokens, n_kv_heads, head_dim] activations (after RoPE for K)
+  Tensor v;          // [n_tokens, n_kv_heads, head_dim]
+  Tensor slots;      // i32 [n_tokens, n_kv_heads]: page_id * page_size + offset in page
+  Tensor positions;  // i32 [n_tokens]: absolute position of each token
+  KvPoolView pool;
+};
+
+// Arguments of Backend::Attention: softmax(q k^T * scale) v over paged KV, grouped-query.
+struct AttentionArgs {
+  Tensor q;          // [n_tokens, n_heads, head_dim]
+  Tensor out;        // [n_tokens, n_heads, head_dim]
+  Tensor positions;  // i32 [n_tokens]: absolute position of each query (for the causal mask)
+  // i32 [n_tokens]: the page-table row block of each query; query t with KV head h reads row
+  // row_base[t] + h. (Sequence s in a batch usually has row_base = s * n_kv_heads.)
+  Tensor row_base;
+  PageTableView table;
+  KvPoolView pool;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  float scale = 1.0f;
+  // When true, a key is used only if its position <= the query's position.
+  bool causal = true;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  // One line for logs and --json ("cpu (2 threads, AVX2)").
+  virtual std::string Describe() const = 0;
+
+  // A zero-filled tensor in this backend's memory.
+  virtual Result<Tensor> Allocate(DType dtype, std::span<const int64_t> shape) = 0;
+  Result<Tensor> Allocate(DType dtype, std::initializer_list<int64_t> shape) {
+    return Allocate(dtype, std::span<const int64_t>(shape.begin(), shape.size()));
+  }
+  // Copies `src` into `dst` (same dtype and element count); either side may be host or device.
+  virtual Status Copy(const Tensor& src, const Tensor& dst) = 0;
+  // Turns a host weight of any file dtype into the form MatMul/Embed read on this backend (the
+  // CPU backend keeps supported quantized formats as they are, borrowing the storage).
+  virtual Result<Tensor> PrepareWeight(const Tensor& host_weight) = 0;
+  // Waits for queued work (no-op on the CPU).
+  virtual void Synchronize() {}
+
+  // y[n, m] = x[n, k] * w[m, k]^T (+ bias[m]).
+  void MatMul(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y);
+  // out[i, :] = table[ids[i], :] (dequantized).
+  void Embed(const Tensor& table, const Tensor& ids, const Tensor& out);
+  // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w. `out` may alias `x`. Rows of any
+  // length that matches w (used for per-head q/k norms with x viewed as [n * heads, head_dim]).
+  void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& out);
+  // inout += a (same shape).
+  void Add(const Tensor& a, const Tensor& inout);
+  // Rotates x [n, heads, head_dim] in place: pairs (i, i + head_dim/2) by angle
+  // positions[t] * inv_freq[i] (the "rotate_half" form of Hugging Face transformers).
+  void Rope(const Tensor& positions, const Tensor& inv_freq, const Tensor& x);
+  // out = silu(gate) * up, all [n, ffn].
+  void SwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out);
+  void WriteKv(const KvWriteArgs& args);
+  void Attention(const AttentionArgs& args);
+
+ protected:
+  virtual void DoMatMul(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) = 0;
+  virtual void DoEmbed(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;
+  virtual void DoRmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) = 0;
+  virtual void DoAdd(const Tensor& a, const Tensor& inout) = 0;
+  virtual void DoRope(const Tensor& positions, const Tensor& inv_freq, const Tensor& x) = 0;
+  virtual void DoSwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  virtual void DoWriteKv(const KvWriteArgs& args) = 0;
+  virtual void DoAttention(const AttentionArgs& args) = 0;
+};
+
+struct CpuBackendOptions {
+  int threads = 0;  // 0: all hardware threads
+};
+// The reference backend. Never fails to construct.
+std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options);
+
+}  // namespace icecache

@@ -1,0 +1,32 @@
+// A fixed pool of worker threads for data-parallel loops (the CPU backend's only threading).
+// ParallelFor blocks until every index is done; the calling thread takes part.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace icecache {
+
+class ThreadPool {
+ public:
+  // `threads` <= 0 means all hardware threads. The calling thread counts as one.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return size_; }
+  // Runs fn(thread_index, begin, end) over [0, n) split into at most size() contiguous ranges
+  // of whole `grain`-sized chunks. thread_index is in [0, size()) and unique per call, so it can
+  // pick a per-thread scratch buffer. Not reentrant: fn must not call ParallelFor on this pool.
+  void ParallelFor(int64_t n, int64_t grain,
+                   const std::function<void(int thread_index, int64_t begin, int64_t end)>& fn);
+
+ private:
+  struct Impl;
+  int size_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace icecache
