@@ -4,6 +4,8 @@
 #include <cstring>
 #include <new>
 
+#include <sys/mman.h>
+
 #include "core/check.h"
 
 namespace icecache {
@@ -31,13 +33,28 @@ Result<Tensor> Tensor::Host(DType dtype, std::span<const int64_t> shape) {
     return InvalidArgument("innermost dimension is not a multiple of the block size");
   }
   const int64_t bytes = inner == 0 ? 0 : (n / inner) * RowBytes(dtype, inner);
-  const size_t alloc = (static_cast<size_t>(bytes) + 63) / 64 * 64 + 64;
-  void* p = std::aligned_alloc(64, alloc);
-  if (p == nullptr) {
-    return ResourceExhausted("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
+  // Large buffers come straight from mmap: zero pages that cost RAM only once written, so a KV
+  // pool sized for the longest context is cheap until used.
+  constexpr size_t kMmapThreshold = size_t{1} << 20;
+  const size_t want = static_cast<size_t>(bytes) + 64;
+  std::shared_ptr<void> owner;
+  void* p = nullptr;
+  if (want >= kMmapThreshold) {
+    p = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+             -1, 0);
+    if (p == MAP_FAILED) {
+      return ResourceExhausted("cannot reserve " + std::to_string(bytes) + " bytes of memory");
+    }
+    owner = std::shared_ptr<void>(p, [want](void* q) { munmap(q, want); });
+  } else {
+    const size_t alloc = (want + 63) / 64 * 64;
+    p = std::aligned_alloc(64, alloc);
+    if (p == nullptr) {
+      return ResourceExhausted("cannot allocate " + std::to_string(bytes) + " bytes of memory");
+    }
+    std::memset(p, 0, alloc);
+    owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   }
-  std::memset(p, 0, alloc);
-  std::shared_ptr<void> owner(p, [](void* q) { std::free(q); });
   return Tensor(p, dtype, shape, Device::kCpu, std::move(owner));
 }
 

@@ -1,22 +1,19 @@
 // Chat templates of the supported families, chosen from the model's Jinja template string:
-// ChatML (SmolLM2, Qwen), Llama-3 headers, and Llama-2/Mistral [INST]. We do not run Jinja; we
-// recognise the family and reproduce its output exactly for system/user/assistant turns.
+// ChatML (SmolLM2, Qwen), Llama-3 headers, Llama-2 [INST] with <<SYS>>, and Mistral [INST]
+// (v0.1 form: no system role). We do not run Jinja; we recognise the family and reproduce what
+// transformers' apply_chat_template renders for system/user/assistant turns.
 #pragma once
 
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "icecache/chat.h"
 #include "icecache/status.h"
 
 namespace icecache {
 
-struct ChatMessage {
-  std::string role;  // "system", "user", "assistant"
-  std::string content;
-};
-
-enum class ChatFormat { kChatMl, kLlama3, kLlama2 };
+enum class ChatFormat { kChatMl, kLlama3, kLlama2, kMistral };
 
 class ChatTemplate {
  public:
@@ -29,8 +26,12 @@ class ChatTemplate {
                            std::string default_system = "");
 
   ChatFormat format() const { return format_; }
+  // The system prompt used when the conversation has none (ChatML only; may be empty).
+  const std::string& default_system() const { return default_system_; }
   // The prompt text for `messages`; with add_generation_prompt the assistant header follows.
-  // Fails on unknown roles or a conversation the family cannot express.
+  // Fails (InvalidArgument) on an empty conversation, unknown roles, or a conversation the family
+  // cannot express (Llama-2 / Mistral: roles must alternate user/assistant after an optional
+  // system message; Mistral has no system role), as the Jinja templates do.
   Result<std::string> Apply(const std::vector<ChatMessage>& messages,
                             bool add_generation_prompt) const;
 

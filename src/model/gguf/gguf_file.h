@@ -70,6 +70,7 @@ class GgufValue {
   static GgufValue FloatArray(GgufType elem, std::vector<double> v);
 
  private:
+  friend class GgufWriter;  // serializes the stored values bit for bit
   GgufType type_ = GgufType::kUint8;
   GgufType array_type_ = GgufType::kUint8;
   int64_t i_ = 0;
@@ -87,7 +88,7 @@ struct GgufTensorInfo {
   std::vector<int64_t> ne;  // ggml order: ne[0] is the innermost (contiguous) dimension
   uint64_t offset;          // relative to the data section
   uint64_t nbytes;
-  const uint8_t* data;      // inside the mapping (bounds already checked)
+  const uint8_t* data;  // inside the mapping (bounds already checked)
 
   // Row-major shape: reverse of ne (e.g. ne = [576, 49152] -> [49152, 576]).
   std::vector<int64_t> Shape() const;

@@ -1,0 +1,140 @@
+// The IceCache C++ API: load a model, generate text, keep chat sessions.
+//
+//   auto engine = icecache::Engine::Create({.model = "default"});
+//   if (!engine.ok()) { print(engine.status().message()); return 1; }
+//   icecache::GenerateRequest req{.prompt = "The capital of France is", .max_tokens = 16};
+//   auto out = (*engine)->Generate(req);
+//
+// Every method that takes user input returns Status/Result; nothing here aborts on bad input.
+// An Engine is not thread-safe: one thread drives it (servers enqueue work to that thread).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "icecache/chat.h"
+#include "icecache/sampling.h"
+#include "icecache/status.h"
+
+namespace icecache {
+
+struct EngineOptions {
+  // A .gguf file, a Hugging Face model folder, or "default" (SmolLM2-135M-Instruct from the
+  // model cache; see ResolveModelPath).
+  std::string model = "default";
+  std::string device = "cpu";  // "cpu" (CUDA arrives with the CUDA backend)
+  int threads = 0;             // CPU threads; 0: all hardware threads
+  int context_size = 0;        // tokens per sequence; 0: the model's trained context length
+  int prefill_chunk = 512;     // prompt tokens per forward pass
+  int max_sequences = 1;       // sequences whose full context the KV pool must hold at once
+  int kv_page_size = 16;       // tokens per KV page
+};
+
+struct ModelInfo {
+  std::string name;
+  std::string arch;    // "llama", "qwen2", "qwen3"
+  std::string format;  // "gguf", "safetensors"
+  std::string path;
+  int n_layers = 0, hidden = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn = 0, vocab = 0;
+  int trained_context = 0;
+  int context_size = 0;  // the limit this engine enforces
+  int64_t kv_bytes_per_token = 0;
+  int64_t weight_bytes = 0;
+  bool has_chat_template = false;
+  std::string backend;  // e.g. "cpu (2 threads)"
+};
+
+struct GenerateRequest {
+  // Raw prompt text, used when `messages` is empty. Special-token text (e.g. "<|im_start|>") is
+  // parsed as special tokens.
+  std::string prompt;
+  // Chat mode: formatted with the model's chat template (and the generation prompt).
+  std::vector<ChatMessage> messages;
+  // Pre-tokenized prompt; when non-empty it is used as is (no BOS added, no template).
+  std::vector<int32_t> prompt_tokens;
+  int max_tokens = 256;
+  SamplingParams sampling;
+  std::vector<std::string> stop;  // generation ends before the first occurrence of any
+  bool ignore_eos = false;        // keep going past end-of-sequence tokens
+};
+
+struct GenerateStats {
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens whose KV was reused from the session
+  int64_t generated_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+  double prefill_tokens_per_second = 0, decode_tokens_per_second = 0;
+  int64_t kv_bytes = 0;            // KV held by this sequence at the end
+  int64_t kv_bytes_per_token = 0;
+  int64_t peak_rss_bytes = 0;
+  // "stop" (end-of-sequence token or stop string), "length" (max_tokens), "context" (context
+  // limit reached), "cancelled" (the callback asked to stop).
+  std::string finish_reason;
+};
+
+struct GenerateResult {
+  std::string text;             // generated text (stop string excluded)
+  std::vector<int32_t> tokens;  // generated token ids
+  GenerateStats stats;
+};
+
+struct GenerateCallbacks {
+  // Streamed text as it becomes final; return false to stop generating.
+  std::function<bool(std::string_view text)> on_text;
+  // Prefill progress: tokens done of total, after each chunk.
+  std::function<void(int64_t done, int64_t total)> on_prefill;
+};
+
+class Session;
+
+class Engine {
+ public:
+  // Loads the model and prepares the backend. Errors name the file and the problem.
+  static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  virtual ~Engine() = default;
+
+  virtual const ModelInfo& info() const = 0;
+
+  virtual Result<std::vector<int32_t>> Tokenize(std::string_view text, bool add_bos,
+                                                bool parse_special) const = 0;
+  virtual std::string Detokenize(std::span<const int32_t> tokens) const = 0;
+  // The model's chat template applied to `messages` (fails if the model has none we support).
+  virtual Result<std::string> FormatChat(const std::vector<ChatMessage>& messages,
+                                         bool add_generation_prompt) const = 0;
+
+  // Generates on a fresh sequence (its KV is freed afterwards).
+  virtual Result<GenerateResult> Generate(const GenerateRequest& request,
+                                          const GenerateCallbacks& callbacks = {}) = 0;
+  // A sequence whose KV persists across requests (multi-turn chat): each request reuses the
+  // longest token prefix it shares with the session's history.
+  virtual Result<std::unique_ptr<Session>> NewSession() = 0;
+
+  // Teacher-forced logits of `tokens` at the given positions (row i predicts the token after
+  // position positions[i]). For evaluation and tests.
+  virtual Result<std::vector<std::vector<float>>> Logits(std::span<const int32_t> tokens,
+                                                         std::span<const int64_t> positions) = 0;
+};
+
+class Session {
+ public:
+  virtual ~Session() = default;
+  virtual Result<GenerateResult> Generate(const GenerateRequest& request,
+                                          const GenerateCallbacks& callbacks = {}) = 0;
+  // Tokens whose KV the session holds (prompts and generated tokens so far).
+  virtual const std::vector<int32_t>& history() const = 0;
+  virtual void Reset() = 0;
+};
+
+// "default" (or empty) -> the cached default model file; anything else is returned as is.
+// Looks in $ICECACHE_MODEL_DIR, <source tree>/.cache/models and ~/.cache/icecache/models.
+Result<std::string> ResolveModelPath(const std::string& model);
+
+// Name of the default model's file.
+extern const char* const kDefaultModelFile;
+
+}  // namespace icecache

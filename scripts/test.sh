@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# README command 2: the whole test suite. Installs what is missing, builds, fetches the default
+# model, then runs: the unit and integration tests (ctest), the parser/loader/tokenizer tests
+# again under AddressSanitizer + UndefinedBehaviorSanitizer, the libFuzzer targets for a bounded
+# time, and the clang-format check.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+FUZZ_SECONDS="${ICECACHE_FUZZ_SECONDS:-60}"
+cd "$ROOT"
+
+bash scripts/deps.sh
+bash scripts/build.sh
+bash scripts/fetch_model.sh
+
+echo "== unit and integration tests"
+ctest --test-dir build --output-on-failure -j"$(nproc)"
+
+echo "== parsers, loaders and tokenizers under ASan + UBSan"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DICECACHE_SANITIZE=address,undefined -DICECACHE_BUILD_BENCH=OFF >/dev/null
+ninja -C build-asan -j"$(nproc)" formats_tests tokenizer_tests model_tests
+export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
+for t in formats_tests tokenizer_tests model_tests; do
+  ./build-asan/tests/$t --gtest_brief=1
+done
+
+echo "== fuzzing (${FUZZ_SECONDS}s per target)"
+bash scripts/fuzz.sh "$FUZZ_SECONDS"
+
+echo "== clang-format"
+files=$(git ls-files '*.h' '*.cc' '*.cu' '*.cuh')
+clang-format --dry-run -Werror $files
+
+echo "== all test stages passed"

@@ -1,0 +1,44 @@
+// Command-line options shared by the subcommands that run a model.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "icecache/engine.h"
+
+namespace icecache::cli {
+
+struct ModelOptions {
+  std::string model = "default";
+  std::string device = "cpu";
+  int threads = 0;
+  int ctx_size = 0;
+  int prefill_chunk = 512;
+  int kv_page = 16;
+
+  EngineOptions ToEngineOptions() const;
+};
+
+struct SamplingOptions {
+  float temp = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repeat_penalty = 1.0f;
+  int repeat_last_n = 64;
+  uint64_t seed = 0;
+
+  SamplingParams ToParams() const;
+};
+
+// -m/--model, --device, --threads, --ctx-size, --prefill-chunk, --kv-page.
+void AddModelOptions(CLI::App& app, ModelOptions* o);
+// --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --seed.
+void AddSamplingOptions(CLI::App& app, SamplingOptions* o);
+
+// Prints "error: <message>" to stderr and returns the process exit code for it.
+int ReportError(const Status& status);
+
+}  // namespace icecache::cli

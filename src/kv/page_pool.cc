@@ -1,0 +1,58 @@
+#include "kv/page_pool.h"
+
+#include <numeric>
+#include <string>
+
+#include "core/check.h"
+
+namespace icecache {
+
+Result<std::unique_ptr<PagePool>> PagePool::Create(Backend& backend, const KvLayout& layout,
+                                                   int64_t capacity) {
+  if (capacity <= 0 || capacity > INT32_MAX / layout.page_size) {
+    return InvalidArgument("KV page capacity " + std::to_string(capacity) + " is out of range");
+  }
+  std::unique_ptr<PagePool> pool(new PagePool());
+  pool->layout_ = layout;
+  pool->capacity_ = capacity;
+  ICECACHE_ASSIGN_OR_RETURN(
+      pool->k_, backend.Allocate(layout.dtype, {capacity, layout.page_size, layout.head_dim}));
+  ICECACHE_ASSIGN_OR_RETURN(
+      pool->v_, backend.Allocate(layout.dtype, {capacity, layout.page_size, layout.head_dim}));
+  ICECACHE_ASSIGN_OR_RETURN(pool->positions_,
+                            backend.Allocate(DType::kI32, {capacity, layout.page_size}));
+  pool->free_.resize(capacity);
+  // Stack with page 0 on top.
+  std::iota(pool->free_.rbegin(), pool->free_.rend(), 0);
+  return pool;
+}
+
+Result<int32_t> PagePool::Allocate() {
+  if (free_.empty()) {
+    return ResourceExhausted("out of KV space: all " + std::to_string(capacity_) + " pages of " +
+                             std::to_string(layout_.page_size) + " tokens are in use");
+  }
+  const int32_t id = free_.back();
+  free_.pop_back();
+  peak_used_ = std::max(peak_used_, used());
+  return id;
+}
+
+void PagePool::Free(int32_t page) {
+  ICECACHE_CHECK(page >= 0 && page < capacity_);
+  free_.push_back(page);
+}
+
+KvPoolView PagePool::view() const {
+  KvPoolView v;
+  v.k = k_.data();
+  v.v = v_.data();
+  v.positions = positions_.data_as<int32_t>();
+  v.dtype = layout_.dtype;
+  v.num_pages = capacity_;
+  v.page_size = layout_.page_size;
+  v.head_dim = layout_.head_dim;
+  return v;
+}
+
+}  // namespace icecache

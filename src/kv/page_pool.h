@@ -1,0 +1,41 @@
+// A pool of KV pages in one backend's memory, with a free list. The pool stores; it knows
+// nothing of sequences, policies or indexes (storage apart from search).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kv/kv_layout.h"
+#include "kv/kv_views.h"
+
+namespace icecache {
+
+class PagePool {
+ public:
+  // Reserves `capacity` pages. On the CPU the memory is committed lazily as pages are first
+  // written, so a large capacity costs address space, not RAM.
+  static Result<std::unique_ptr<PagePool>> Create(Backend& backend, const KvLayout& layout,
+                                                  int64_t capacity);
+
+  // A free page id, or ResourceExhausted naming the capacity.
+  Result<int32_t> Allocate();
+  void Free(int32_t page);
+
+  const KvLayout& layout() const { return layout_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t used() const { return capacity_ - static_cast<int64_t>(free_.size()); }
+  int64_t peak_used() const { return peak_used_; }
+  KvPoolView view() const;
+
+ private:
+  PagePool() = default;
+  KvLayout layout_;
+  int64_t capacity_ = 0;
+  int64_t peak_used_ = 0;
+  Tensor k_, v_, positions_;
+  std::vector<int32_t> free_;  // a stack; low ids handed out first
+};
+
+}  // namespace icecache

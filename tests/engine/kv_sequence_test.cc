@@ -1,0 +1,96 @@
+#include "kv/kv_sequence.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace icecache {
+namespace {
+
+class KvSequenceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backend_ = MakeCpuBackend({.threads = 1});
+    layout_ = {.n_layers = 2, .n_kv_heads = 3, .head_dim = 8, .page_size = 4};
+    auto pool = PagePool::Create(*backend_, layout_, 64);
+    ASSERT_TRUE(pool.ok());
+    pool_ = std::move(pool).value();
+  }
+  std::unique_ptr<Backend> backend_;
+  KvLayout layout_;
+  std::unique_ptr<PagePool> pool_;
+};
+
+TEST_F(KvSequenceTest, GrowAllocatesPagesPerLayerAndHead) {
+  KvSequence s(pool_.get());
+  ASSERT_TRUE(s.Grow(5).ok());
+  EXPECT_EQ(s.length(), 5);
+  EXPECT_EQ(s.num_pages(), 2 * 2 * 3);  // 2 pages x 2 layers x 3 heads
+  for (int l = 0; l < 2; ++l) {
+    for (int h = 0; h < 3; ++h) {
+      ASSERT_EQ(s.pages(l, h).size(), 2u);
+      EXPECT_EQ(s.pages(l, h)[0].len, 4);
+      EXPECT_EQ(s.pages(l, h)[1].len, 1);
+    }
+  }
+  ASSERT_TRUE(s.Grow(3).ok());
+  EXPECT_EQ(s.pages(1, 2)[1].len, 4);
+  EXPECT_EQ(pool_->used(), 12);
+}
+
+TEST_F(KvSequenceTest, SlotsAreDistinctAndFollowPositions) {
+  KvSequence s(pool_.get());
+  ASSERT_TRUE(s.Grow(9).ok());
+  std::set<int32_t> all;
+  for (int l = 0; l < 2; ++l) {
+    std::vector<int32_t> slots(9 * 3);
+    s.Slots(l, 0, 9, slots.data());
+    for (int t = 0; t < 9; ++t) {
+      for (int h = 0; h < 3; ++h) {
+        const int32_t slot = slots[t * 3 + h];
+        EXPECT_EQ(slot / 4, s.pages(l, h)[t / 4].id);
+        EXPECT_EQ(slot % 4, t % 4);
+        EXPECT_TRUE(all.insert(slot).second) << "slot reused";
+      }
+    }
+  }
+}
+
+TEST_F(KvSequenceTest, TruncateFreesPagesAndFixesLengths) {
+  KvSequence s(pool_.get());
+  ASSERT_TRUE(s.Grow(10).ok());
+  s.Truncate(5);
+  EXPECT_EQ(s.length(), 5);
+  EXPECT_EQ(s.pages(0, 0).size(), 2u);
+  EXPECT_EQ(s.pages(0, 0)[1].len, 1);
+  EXPECT_EQ(pool_->used(), 12);
+  s.Truncate(0);
+  EXPECT_EQ(pool_->used(), 0);
+}
+
+TEST_F(KvSequenceTest, GrowFailureChangesNothing) {
+  KvSequence a(pool_.get());
+  ASSERT_TRUE(a.Grow(40).ok());  // 10 pages x 6 = 60 of 64
+  KvSequence b(pool_.get());
+  Status st = b.Grow(5);  // needs 12 pages, 4 left
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("out of KV space"), std::string::npos);
+  EXPECT_EQ(b.length(), 0);
+  EXPECT_EQ(b.num_pages(), 0);
+  EXPECT_EQ(pool_->used(), 60);
+}
+
+TEST_F(KvSequenceTest, DestructorReturnsPages) {
+  {
+    KvSequence s(pool_.get());
+    ASSERT_TRUE(s.Grow(7).ok());
+    EXPECT_GT(pool_->used(), 0);
+  }
+  EXPECT_EQ(pool_->used(), 0);
+}
+
+}  // namespace
+}  // namespace icecache

@@ -1,0 +1,17 @@
+// Paths of test inputs: the repository, committed fixtures, and the (ignored) model cache.
+#pragma once
+
+#include <string>
+
+namespace icecache::testing {
+
+// The repository root (compiled in).
+std::string SourceDir();
+// tests/data/<rel>.
+std::string DataPath(const std::string& rel);
+// The default model GGUF if present ($ICECACHE_MODEL_DIR, then <repo>/.cache/models), else "".
+std::string DefaultModelPath();
+// A fresh empty directory under the system temp dir, unique per call.
+std::string MakeTempDir(const std::string& prefix);
+
+}  // namespace icecache::testing
