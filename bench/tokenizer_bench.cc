@@ -125,6 +125,33 @@ void BM_EncodeEnglishCold(benchmark::State& state) {
 }
 BENCHMARK(BM_EncodeEnglishCold)->Unit(benchmark::kMillisecond);
 
+// Made-up words (almost every word new to the cache): the cost of the BPE merges themselves.
+void BM_EncodeMadeUpWords(benchmark::State& state) {
+  const SmolLm2* m = GetSmolLm2();
+  if (m == nullptr) return state.SkipWithError("SmolLM2 GGUF not found");
+  std::mt19937 rng(7);
+  std::string text;
+  for (int w = 0; w < 30000; ++w) {
+    const int len = 3 + static_cast<int>(rng() % 9);
+    for (int i = 0; i < len; ++i) text.push_back(static_cast<char>('a' + rng() % 26));
+    text.push_back(' ');
+  }
+  size_t n = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto tok = Tokenizer::FromGguf(*m->gguf);  // empty word cache
+    state.ResumeTiming();
+    auto ids = tok.value()->Encode(text, false, true);
+    benchmark::DoNotOptimize(ids.data());
+    n = ids.size();
+    state.PauseTiming();
+    tok = Status();
+    state.ResumeTiming();
+  }
+  SetTokenCounters(state, n, text.size());
+}
+BENCHMARK(BM_EncodeMadeUpWords)->Unit(benchmark::kMillisecond);
+
 void BM_DecodeEnglish(benchmark::State& state) {
   const SmolLm2* m = GetSmolLm2();
   if (m == nullptr) return state.SkipWithError("SmolLM2 GGUF not found");
@@ -161,11 +188,10 @@ void BM_LoadSmolLm2Tokenizer(benchmark::State& state) {
 }
 BENCHMARK(BM_LoadSmolLm2Tokenizer)->Unit(benchmark::kMillisecond);
 
-// SentencePiece-style BPE (merge by score over the whole text, byte fallback).
+// SentencePiece-style BPE (the fixture model: no pre-tokenizer, byte fallback).
 void BM_EncodeSentencePiece(benchmark::State& state) {
-  auto gguf = GgufFile::Open((kRepo / "tests/data/tokenizer/spm_bpe.gguf").string());
-  if (!gguf.ok()) return state.SkipWithError("tests/data/tokenizer/spm_bpe.gguf not found");
-  auto tok = Tokenizer::FromGguf(*gguf.value());
+  auto tok = Tokenizer::FromHfFiles(
+      (kRepo / "tests/data/tokenizer/spm_legacy.tokenizer.json").string(), "");
   if (!tok.ok()) return state.SkipWithError(tok.status().ToString().c_str());
   // One line per Encode call: SentencePiece models see a whole line as one piece.
   const std::string text = EnglishText(20000);

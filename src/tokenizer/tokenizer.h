@@ -33,14 +33,18 @@ class Tokenizer {
                                                        std::string_view config_json);
 
   // Token ids of `text`. When `parse_special` is true, the text of special/added tokens
-  // (e.g. "<|im_start|>") maps to their ids; otherwise it is tokenized as plain text.
-  // When `add_bos` is true and the model adds a BOS token, it is prepended.
+  // (e.g. "<|im_start|>") maps to their ids; otherwise special tokens are tokenized as plain
+  // text (non-special added tokens are still matched, as in HF with encode_special_tokens).
+  // When `add_bos` is true and the model adds a BOS token, it is prepended (and an EOS appended
+  // when the model's post-processor / add_eos_token says so). Invalid UTF-8 in `text` is read
+  // as U+FFFD.
   virtual std::vector<int32_t> Encode(std::string_view text, bool add_bos,
                                       bool parse_special) const = 0;
   // The text of `ids` (special tokens included as their text unless skip_special).
   virtual std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const = 0;
-  // The raw bytes one token contributes when decoded after `prev` (-1 if first); may be an
-  // incomplete UTF-8 sequence (use StreamDecoder for text output).
+  // The raw bytes one token contributes when decoded after `prev` (-1 if first: then the
+  // leading space a SentencePiece normalizer added is dropped, as Decode does); may be an
+  // incomplete UTF-8 sequence (use StreamDecoder for text output). Unknown ids give "".
   virtual std::string TokenBytes(int32_t id, int32_t prev) const = 0;
 
   virtual TokenizerKind kind() const = 0;
@@ -60,7 +64,10 @@ class Tokenizer {
 // Turns a stream of token ids into UTF-8 text pieces, holding back incomplete sequences.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tok) : tok_(tok) {}
+  // `prev`: the token before the stream (e.g. the prompt's last), or -1 when the stream is the
+  // start of the text. With -1 the first token of a SentencePiece model loses the leading space
+  // its normalizer added, as Hugging Face's decode of the generated ids alone does.
+  explicit StreamDecoder(const Tokenizer& tok, int32_t prev = -1) : tok_(tok), prev_(prev) {}
   // Text ready to print after appending `id` (possibly empty).
   std::string Push(int32_t id);
   // Whatever is still held back (invalid bytes become U+FFFD).

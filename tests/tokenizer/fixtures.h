@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/gguf/gguf_file.h"
+#include "model/gguf/gguf_writer.h"
 #include "testing/paths.h"
 #include "tokenizer/tokenizer.h"
 
@@ -31,6 +33,41 @@ inline nlohmann::json LoadFixture(const std::string& name) {
 
 inline std::vector<std::string> Corpus() {
   return LoadFixture("corpus.json")["texts"].get<std::vector<std::string>>();
+}
+
+// A GGUF parsed from bytes held alongside it.
+struct InMemoryGguf {
+  std::vector<uint8_t> bytes;
+  std::unique_ptr<GgufFile> file;
+};
+
+// The SentencePiece fixture model as a GGUF: spm_gguf_metadata.json (tokenizer.ggml.* keys as a
+// converter writes them) serialized with GgufWriter.
+inline std::unique_ptr<InMemoryGguf> SpmGguf() {
+  const nlohmann::json meta = LoadFixture("spm_gguf_metadata.json");
+  GgufWriter w;
+  for (const auto& [key, v] : meta.items()) {
+    if (v.is_string()) {
+      w.AddString(key, v.get<std::string>());
+    } else if (v.is_boolean()) {
+      w.AddBool(key, v.get<bool>());
+    } else if (v.is_number_integer()) {
+      w.AddU32(key, v.get<uint32_t>());
+    } else if (v.is_array() && !v.empty() && v[0].is_string()) {
+      w.Add(key, GgufValue::StringArray(v.get<std::vector<std::string>>()));
+    } else if (v.is_array() && !v.empty() && v[0].is_number_integer()) {
+      w.Add(key, GgufValue::IntArray(GgufType::kInt32, v.get<std::vector<int64_t>>()));
+    } else if (v.is_array()) {
+      w.Add(key, GgufValue::FloatArray(GgufType::kFloat32, v.get<std::vector<double>>()));
+    }
+  }
+  auto g = std::make_unique<InMemoryGguf>();
+  g->bytes = w.Serialize();
+  auto r = GgufFile::Parse(g->bytes, "spm_bpe.gguf");
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return nullptr;
+  g->file = std::move(r).value();
+  return g;
 }
 
 // Escaped form of a text for failure messages.

@@ -1,5 +1,6 @@
 // A SentencePiece BPE model (byte fallback) as a tokenizer-only GGUF ("llama" model: scores and
-// token types), checked against sentencepiece itself and against Hugging Face's Llama-2 form.
+// token types, built in memory from spm_gguf_metadata.json), checked against sentencepiece itself
+// and against Hugging Face's Llama-2 form.
 #include <gtest/gtest.h>
 
 #include "fixtures.h"
@@ -10,10 +11,9 @@ namespace icecache {
 namespace {
 
 std::unique_ptr<Tokenizer> LoadSpmGguf() {
-  auto gguf = GgufFile::Open(testing::DataPath("tokenizer/spm_bpe.gguf"));
-  EXPECT_TRUE(gguf.ok()) << gguf.status().ToString();
-  if (!gguf.ok()) return nullptr;
-  auto r = Tokenizer::FromGguf(*gguf.value());
+  auto gguf = tok_test::SpmGguf();
+  if (gguf == nullptr) return nullptr;
+  auto r = Tokenizer::FromGguf(*gguf->file);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? std::move(r).value() : nullptr;
 }

@@ -10,18 +10,18 @@
 namespace icecache {
 namespace {
 
+// A tokenizer.json fixture, or "spm_bpe.gguf" for the in-memory SentencePiece GGUF.
 std::unique_ptr<Tokenizer> Load(const std::string& name) {
-  const std::string path = testing::DataPath("tokenizer/" + name);
-  if (name.ends_with(".gguf")) {
-    auto gguf = GgufFile::Open(path);
-    EXPECT_TRUE(gguf.ok()) << gguf.status().ToString();
-    auto r = Tokenizer::FromGguf(*gguf.value());
+  if (name == "spm_bpe.gguf") {
+    auto gguf = tok_test::SpmGguf();
+    if (gguf == nullptr) return nullptr;
+    auto r = Tokenizer::FromGguf(*gguf->file);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return std::move(r).value();
+    return r.ok() ? std::move(r).value() : nullptr;
   }
-  auto r = Tokenizer::FromHfFiles(path, "");
+  auto r = Tokenizer::FromHfFiles(testing::DataPath("tokenizer/" + name), "");
   EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return std::move(r).value();
+  return r.ok() ? std::move(r).value() : nullptr;
 }
 
 std::string Stream(const Tokenizer& tok, const std::vector<int32_t>& ids,
@@ -101,6 +101,11 @@ TEST(StreamDecoderTest, TokenBytesAfterFirstKeepsLeadingSpace) {
   ASSERT_GE(ids.size(), 2u);
   EXPECT_EQ(tok->TokenBytes(ids[0], -1).front(), 'h');  // the prefix space is stripped first
   EXPECT_EQ(tok->TokenBytes(ids.back(), ids[0]).front(), ' ');
+  // A stream that continues after a prompt keeps the space.
+  StreamDecoder after_prompt(*tok, ids[0]);
+  EXPECT_EQ(after_prompt.Push(ids[0]).front(), ' ');
+  StreamDecoder fresh(*tok);
+  EXPECT_EQ(fresh.Push(ids[0]).front(), 'h');
 }
 
 }  // namespace

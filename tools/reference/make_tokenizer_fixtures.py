@@ -14,14 +14,18 @@ Outputs (all small; the 49K SmolLM2 vocabulary is never written out):
                                a small trained byte-level BPE with added tokens using lstrip,
                                rstrip, single_word and normalized, NFKC, Digits, Split, and a
                                TemplateProcessing post-processor
-  spm_legacy.tokenizer.json, spm_metaspace.tokenizer.json, spm_bpe.gguf, spm.expected.json
+  spm_legacy.tokenizer.json, spm_metaspace.tokenizer.json, spm_gguf_metadata.json,
+  spm.expected.json
                                a SentencePiece BPE model (byte_fallback, vocab 2000) trained on text
                                this script generates, converted by transformers (LlamaTokenizer
                                from tokenizer.model: Metaspace form, and the same with Llama-2's
-                               legacy Prepend/Replace normalizer) and written
-                               as a tokenizer-only GGUF (tokens, scores, token types)
+                               legacy Prepend/Replace normalizer), and its GGUF tokenizer keys
+                               (tokens, scores, token types) for an in-memory GGUF
+  pre_tokenizers.json          pieces of single pre-tokenizers (Split behaviors, Digits, ...)
+  chat_templates.json          prompts rendered by transformers' apply_chat_template
 
-Usage: python3 tools/reference/make_tokenizer_fixtures.py [--model GGUF] [--out DIR]
+Usage: python3 tools/reference/make_tokenizer_fixtures.py [--model GGUF] [--out DIR] [--stress N]
+Deterministic: running it again rewrites the same bytes.
 """
 
 import argparse
@@ -347,36 +351,34 @@ def make_bytelevel_flags(texts, out_dir, work):
     write_json(os.path.join(out_dir, "bytelevel_flags.expected.json"), data)
 
 
-def write_spm_gguf(sp, path):
-    w = gguf.GGUFWriter(path, arch="llama")
+def spm_gguf_metadata(sp):
+    """The tokenizer.ggml.* keys a GGUF converter writes for this SentencePiece model (the C++
+    test serializes them into an in-memory GGUF; *.gguf files are not committed)."""
     tokens, scores, types = [], [], []
     for i in range(sp.get_piece_size()):
         tokens.append(sp.id_to_piece(i))
         scores.append(sp.get_score(i))
         if sp.is_unknown(i):
-            types.append(gguf.TokenType.UNKNOWN)
+            types.append(int(gguf.TokenType.UNKNOWN))
         elif sp.is_control(i):
-            types.append(gguf.TokenType.CONTROL)
+            types.append(int(gguf.TokenType.CONTROL))
         elif sp.is_byte(i):
-            types.append(gguf.TokenType.BYTE)
+            types.append(int(gguf.TokenType.BYTE))
         elif sp.is_unused(i):
-            types.append(gguf.TokenType.UNUSED)
+            types.append(int(gguf.TokenType.UNUSED))
         else:
-            types.append(gguf.TokenType.NORMAL)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(sp.bos_id())
-    w.add_eos_token_id(sp.eos_id())
-    w.add_unk_token_id(sp.unk_id())
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    print(f"wrote {os.path.relpath(path, REPO)} ({os.path.getsize(path)} bytes)")
+            types.append(int(gguf.TokenType.NORMAL))
+    return {
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": scores,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.bos_token_id": sp.bos_id(),
+        "tokenizer.ggml.eos_token_id": sp.eos_id(),
+        "tokenizer.ggml.unknown_token_id": sp.unk_id(),
+        "tokenizer.ggml.add_bos_token": True,
+        "tokenizer.ggml.add_eos_token": False,
+    }
 
 
 def make_spm(texts, out_dir, work):
@@ -419,7 +421,7 @@ def make_spm(texts, out_dir, work):
         exp["ids_with_bos"] = [encode(tok, t, True, add_special_tokens=True) for t in texts]
         data[name] = exp
     write_json(os.path.join(out_dir, "spm.expected.json"), data)
-    write_spm_gguf(sp, os.path.join(out_dir, "spm_bpe.gguf"))
+    write_json(os.path.join(out_dir, "spm_gguf_metadata.json"), spm_gguf_metadata(sp))
 
 
 # Chat templates written for the fixture. Llama-3 (8B-Instruct), Llama-2-chat and Mistral-7B-
