@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -59,6 +60,13 @@ inline Tensor I32Tensor(const std::vector<int32_t>& values, std::initializer_lis
 inline std::vector<float> ToVector(const Tensor& t) {
   const float* p = t.data_as<const float>();
   return std::vector<float>(p, p + t.numel());
+}
+
+// "1.23e-07": errors recorded as test properties.
+inline std::string Sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3g", v);
+  return buf;
 }
 
 // max_i |got[i] - want[i]| / max_i |want[i]| (0 when both are all zero).

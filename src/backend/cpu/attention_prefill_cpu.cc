@@ -94,7 +94,7 @@ void ProcessBlock(const AttnDims& dims, int64_t rows, int64_t nb, int32_t min_qp
       continue;
     }
     const float m_new = std::max(s.m[r], row_max);
-    const float alpha = std::exp(s.m[r] - m_new);
+    const float alpha = m_new == s.m[r] ? 1.0f : std::exp(s.m[r] - m_new);
     const __m256 vm = _mm256_set1_ps(m_new);
     __m256 sum = _mm256_setzero_ps();
     for (int64_t j = 0; j < nb8; j += 8) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/thread_pool.h"
 
@@ -23,7 +24,7 @@ void ParallelUnits(ThreadPool& pool, int64_t units, F&& fn) {
   struct State {
     std::atomic<int64_t> next{0};
     int64_t units;
-    F* fn;
+    std::remove_reference_t<F>* fn;
   } state;
   state.units = units;
   state.fn = &fn;
@@ -33,6 +34,46 @@ void ParallelUnits(ThreadPool& pool, int64_t units, F&& fn) {
           (*s->fn)(thread, u);
         }
       });
+}
+
+// Like ParallelUnits, but the units are first split into one contiguous block per thread: a
+// thread walks its own block front to back (so a thread streams one contiguous region of memory
+// and its prefetches run ahead across units), then takes the units left in the other blocks.
+// At most kMaxContiguousBlocks threads take part.
+constexpr int kMaxContiguousBlocks = 64;
+
+template <typename F>
+void ParallelUnitsContiguous(ThreadPool& pool, int64_t units, F&& fn) {
+  if (units <= 0) return;
+  const int parts =
+      static_cast<int>(std::min<int64_t>({pool.size(), units, int64_t{kMaxContiguousBlocks}}));
+  if (parts <= 1) {
+    for (int64_t u = 0; u < units; ++u) fn(0, u);
+    return;
+  }
+  struct alignas(64) Block {
+    std::atomic<int64_t> next;
+    int64_t end;
+  };
+  struct State {
+    Block blocks[kMaxContiguousBlocks];
+    int parts;
+    std::remove_reference_t<F>* fn;
+  } state;
+  for (int b = 0; b < parts; ++b) {
+    state.blocks[b].next.store(units * b / parts, std::memory_order_relaxed);
+    state.blocks[b].end = units * (b + 1) / parts;
+  }
+  state.parts = parts;
+  state.fn = &fn;
+  pool.ParallelFor(parts, 1, [s = &state](int thread, int64_t first, int64_t) {
+    for (int i = 0; i < s->parts; ++i) {
+      Block& b = s->blocks[(first + i) % s->parts];
+      for (int64_t u; (u = b.next.fetch_add(1, std::memory_order_relaxed)) < b.end;) {
+        (*s->fn)(thread, u);
+      }
+    }
+  });
 }
 
 }  // namespace icecache::cpu

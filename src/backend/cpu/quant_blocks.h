@@ -2,13 +2,17 @@
 //
 // Every format is an affine code per segment of 32 elements: w = s * q + m, with q small
 // integers. A decoder walks one block and calls, per segment,
-//   f(offset, s_lo, s_hi, m, q0, q1, q2, q3)
+//   f(slot, offset, s_lo, s_hi, m, q0, q1, q2, q3)
 // where q0..q3 hold the integer codes of elements offset + [0, 8), [8, 16), [16, 24), [24, 32)
 // as floats (exact), s_lo scales q0, q1 and s_hi scales q2, q3 (they differ only for Q6_K, which
 // has a scale per 16), and m is the offset (0 unless kHasOffset). The scales and offsets are the
 // exact f32 values of the scalar reference (core/quant.cc): fl(fl(s * q) + m) equals DequantizeRow
 // exactly (bit for bit, except that Q4_0 gives +0 where the reference may give -0), and a dot
 // product can use s * sum(q x) + m * sum(x) instead.
+//
+// slot is std::integral_constant<int, 0 or 1>, alternating between consecutive segments (for the
+// one-segment formats it is the decoder's template argument), so that a dot product can keep
+// two independent accumulator sets and not wait on FMA latency.
 //
 // Blocks are read through byte pointers with unaligned loads: tensor data may sit at any byte
 // offset (GGUF files with general.alignment = 1).
@@ -19,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/quant.h"
 
@@ -51,35 +56,39 @@ inline __m256i I8x8At(const uint8_t* p) {
   return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
+template <int kSlot>
+using Slot = std::integral_constant<int, kSlot>;
+
 // Calls f for one segment whose 32 codes are in int32 lanes.
-template <typename F>
+template <int kSlot, typename F>
 inline void EmitSegment(F&& f, int offset, float s_lo, float s_hi, float m, __m256i a, __m256i b,
                         __m256i c, __m256i d) {
-  f(offset, s_lo, s_hi, m, _mm256_cvtepi32_ps(a), _mm256_cvtepi32_ps(b), _mm256_cvtepi32_ps(c),
-    _mm256_cvtepi32_ps(d));
+  f(Slot<kSlot>{}, offset, s_lo, s_hi, m, _mm256_cvtepi32_ps(a), _mm256_cvtepi32_ps(b),
+    _mm256_cvtepi32_ps(c), _mm256_cvtepi32_ps(d));
 }
 
 struct DecodeQ8_0 {
   using Block = BlockQ8_0;
   static constexpr int kElems = kQK;
   static constexpr bool kHasOffset = false;
-  template <typename F>
+  template <int kSlot = 0, typename F>
   static void Decode(const uint8_t* b, F&& f) {
     const float d = LoadHalfAt(b + offsetof(Block, d));
     const uint8_t* qs = b + offsetof(Block, qs);
-    EmitSegment(f, 0, d, d, 0.0f, I8x8At(qs), I8x8At(qs + 8), I8x8At(qs + 16), I8x8At(qs + 24));
+    EmitSegment<kSlot>(f, 0, d, d, 0.0f, I8x8At(qs), I8x8At(qs + 8), I8x8At(qs + 16),
+                       I8x8At(qs + 24));
   }
 };
 
 // The 32 nibble codes of a Q4_0 / Q4_1 block: element j < 16 is the low nibble of qs[j],
 // element j + 16 the high nibble.
-template <typename F>
+template <int kSlot, typename F>
 inline void EmitNibbles(F&& f, const uint8_t* qs, float s, float m) {
   const __m256i mask = _mm256_set1_epi32(0x0f);
   const __m256i v0 = U8x8At(qs);
   const __m256i v1 = U8x8At(qs + 8);
-  EmitSegment(f, 0, s, s, m, _mm256_and_si256(v0, mask), _mm256_and_si256(v1, mask),
-              _mm256_srli_epi32(v0, 4), _mm256_srli_epi32(v1, 4));
+  EmitSegment<kSlot>(f, 0, s, s, m, _mm256_and_si256(v0, mask), _mm256_and_si256(v1, mask),
+                     _mm256_srli_epi32(v0, 4), _mm256_srli_epi32(v1, 4));
 }
 
 // w = (q - 8) * d, coded as s = d, m = -8 d: d * q and d * (q - 8) are exact in f32 (an f16
@@ -88,10 +97,10 @@ struct DecodeQ4_0 {
   using Block = BlockQ4_0;
   static constexpr int kElems = kQK;
   static constexpr bool kHasOffset = true;
-  template <typename F>
+  template <int kSlot = 0, typename F>
   static void Decode(const uint8_t* b, F&& f) {
     const float d = LoadHalfAt(b + offsetof(Block, d));
-    EmitNibbles(f, b + offsetof(Block, qs), d, -8.0f * d);
+    EmitNibbles<kSlot>(f, b + offsetof(Block, qs), d, -8.0f * d);
   }
 };
 
@@ -99,12 +108,12 @@ struct DecodeQ4_1 {  // w = d * q + m
   using Block = BlockQ4_1;
   static constexpr int kElems = kQK;
   static constexpr bool kHasOffset = true;
-  template <typename F>
+  template <int kSlot = 0, typename F>
   static void Decode(const uint8_t* b, F&& f) {
     static_assert(offsetof(Block, m) == offsetof(Block, d) + 2);
     float d, m;
     LoadHalf2At(b + offsetof(Block, d), &d, &m);
-    EmitNibbles(f, b + offsetof(Block, qs), d, m);
+    EmitNibbles<kSlot>(f, b + offsetof(Block, qs), d, m);
   }
 };
 
@@ -125,7 +134,7 @@ struct DecodeQ4_K {
   using Block = BlockQ4_K;
   static constexpr int kElems = kQKK;
   static constexpr bool kHasOffset = true;
-  template <typename F>
+  template <int kUnusedSlot = 0, typename F>
   static void Decode(const uint8_t* b, F&& f) {
     static_assert(offsetof(Block, dmin) == offsetof(Block, d) + 2);
     float d, dmin;
@@ -141,12 +150,12 @@ struct DecodeQ4_K {
       const float d1 = d * static_cast<float>(sc1), n1 = dmin * static_cast<float>(m1);
       __m256i v[4];
       for (int i = 0; i < 4; ++i) v[i] = U8x8At(qs + 32 * c + 8 * i);
-      EmitSegment(f, 64 * c, d0, d0, -n0, _mm256_and_si256(v[0], mask),
-                  _mm256_and_si256(v[1], mask), _mm256_and_si256(v[2], mask),
-                  _mm256_and_si256(v[3], mask));
-      EmitSegment(f, 64 * c + 32, d1, d1, -n1, _mm256_srli_epi32(v[0], 4),
-                  _mm256_srli_epi32(v[1], 4), _mm256_srli_epi32(v[2], 4),
-                  _mm256_srli_epi32(v[3], 4));
+      EmitSegment<0>(f, 64 * c, d0, d0, -n0, _mm256_and_si256(v[0], mask),
+                     _mm256_and_si256(v[1], mask), _mm256_and_si256(v[2], mask),
+                     _mm256_and_si256(v[3], mask));
+      EmitSegment<1>(f, 64 * c + 32, d1, d1, -n1, _mm256_srli_epi32(v[0], 4),
+                     _mm256_srli_epi32(v[1], 4), _mm256_srli_epi32(v[2], 4),
+                     _mm256_srli_epi32(v[3], 4));
     }
   }
 };
@@ -157,7 +166,7 @@ struct DecodeQ5_K {
   using Block = BlockQ5_K;
   static constexpr int kElems = kQKK;
   static constexpr bool kHasOffset = true;
-  template <typename F>
+  template <int kUnusedSlot = 0, typename F>
   static void Decode(const uint8_t* b, F&& f) {
     static_assert(offsetof(Block, dmin) == offsetof(Block, d) + 2);
     float d, dmin;
@@ -185,8 +194,8 @@ struct DecodeQ5_K {
         hi[i] = _mm256_or_si256(_mm256_srli_epi32(v, 4),
                                 _mm256_and_si256(_mm256_srl_epi32(h16[i], shift_hi), bit4));
       }
-      EmitSegment(f, 64 * c, d0, d0, -n0, lo[0], lo[1], lo[2], lo[3]);
-      EmitSegment(f, 64 * c + 32, d1, d1, -n1, hi[0], hi[1], hi[2], hi[3]);
+      EmitSegment<0>(f, 64 * c, d0, d0, -n0, lo[0], lo[1], lo[2], lo[3]);
+      EmitSegment<1>(f, 64 * c + 32, d1, d1, -n1, hi[0], hi[1], hi[2], hi[3]);
     }
   }
 };
@@ -198,7 +207,7 @@ struct DecodeQ6_K {
   using Block = BlockQ6_K;
   static constexpr int kElems = kQKK;
   static constexpr bool kHasOffset = false;
-  template <typename F>
+  template <int kUnusedSlot = 0, typename F>
   static void Decode(const uint8_t* b, F&& f) {
     const float d = LoadHalfAt(b + offsetof(Block, d));
     const __m128i mask4 = _mm_set1_epi8(0x0f);
@@ -208,7 +217,7 @@ struct DecodeQ6_K {
       const uint8_t* ql = b + offsetof(Block, ql) + 64 * half;
       const uint8_t* qh = b + offsetof(Block, qh) + 32 * half;
       const auto* sc = reinterpret_cast<const int8_t*>(b + offsetof(Block, scales)) + 8 * half;
-      for (int g = 0; g < 4; ++g) {
+      auto group = [&](int g, auto slot) {
         __m128i q[2];
         for (int h = 0; h < 2; ++h) {  // l in [16h, 16h + 16)
           const __m128i lbits = Load16(ql + 32 * (g & 1) + 16 * h);
@@ -218,11 +227,15 @@ struct DecodeQ6_K {
           const __m128i high = _mm_and_si128(_mm_srl_epi16(hbits, _mm_cvtsi32_si128(2 * g)), mask2);
           q[h] = _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), m32);
         }
-        EmitSegment(f, 128 * half + 32 * g, d * static_cast<float>(sc[2 * g]),
-                    d * static_cast<float>(sc[2 * g + 1]), 0.0f, _mm256_cvtepi8_epi32(q[0]),
-                    _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(q[0], q[0])),
-                    _mm256_cvtepi8_epi32(q[1]),
-                    _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(q[1], q[1])));
+        EmitSegment<decltype(slot)::value>(
+            f, 128 * half + 32 * g, d * static_cast<float>(sc[2 * g]),
+            d * static_cast<float>(sc[2 * g + 1]), 0.0f, _mm256_cvtepi8_epi32(q[0]),
+            _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(q[0], q[0])), _mm256_cvtepi8_epi32(q[1]),
+            _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(q[1], q[1])));
+      };
+      for (int g = 0; g < 4; g += 2) {
+        group(g, Slot<0>{});
+        group(g + 1, Slot<1>{});
       }
     }
   }

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/quant_blocks.h"
@@ -46,6 +47,16 @@ struct PlainBf16 {
   }
 };
 
+// Weight streams from memory run at memory speed only if their lines are requested early
+// enough; the hardware prefetcher alone lags. Each row asks for the row about this many bytes
+// ahead (up to the caller's prefetch_end).
+constexpr int64_t kPrefetchBytes = 4096;
+
+inline void PrefetchRow(const uint8_t* p, int64_t bytes) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+}
+
 template <int NR>
 struct Accumulators {
   __m256 v[NR][4];
@@ -76,57 +87,83 @@ struct Accumulators {
 template <typename D, int NR>
 void GemvBlocked(const uint8_t* w, int64_t row_bytes, int64_t k, const float* x, int64_t ldx,
                  const float* xsum, const float* bias, float* y, int64_t ldy, int64_t j0,
-                 int64_t j1) {
+                 int64_t j1, int64_t prefetch_end) {
   constexpr int64_t kBytes = sizeof(typename D::Block);
   const int64_t nb = k / D::kElems;
   const int64_t segs = k / 32;
+  const int64_t ahead = std::max<int64_t>(1, kPrefetchBytes / row_bytes);
   for (int64_t j = j0; j < j1; ++j) {
     const uint8_t* row = w + j * row_bytes;
-    __m256 acc[NR][2];  // 2 * NR + 4 code vectors + 2 scales fit the 16 ymm registers
-    float offset_sum[NR];
+    if (j + ahead < prefetch_end) PrefetchRow(row + ahead * row_bytes, row_bytes);
+    // One row: two accumulator sets (slots) for alternating segments, each with a vector for
+    // the low and the high half of a segment, so FMA latency is hidden. More rows: the rows'
+    // chains are independent already, and one set keeps 2 * NR + 4 code vectors + scales in
+    // the 16 ymm registers.
+    constexpr int kSets = NR == 1 ? 2 : 1;
+    __m256 acc[NR][2 * kSets];
+    float offset_sum[NR][kSets];
     for (int r = 0; r < NR; ++r) {
-      acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-      offset_sum[r] = 0.0f;
+      for (auto& a : acc[r]) a = _mm256_setzero_ps();
+      for (auto& o : offset_sum[r]) o = 0.0f;
     }
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t base = b * D::kElems;
-      D::Decode(row + b * kBytes, [&](int off, float s_lo, float s_hi, float m, __m256 q0,
-                                      __m256 q1, __m256 q2, __m256 q3) {
-        const __m256 vs_lo = _mm256_set1_ps(s_lo);
-        const __m256 vs_hi = _mm256_set1_ps(s_hi);
-        if constexpr (NR <= 2) {
-          // Few rows: dot the codes, then scale the two partial sums (3 FP ops per 8 codes and
-          // row, and short dependency chains).
-          for (int r = 0; r < NR; ++r) {
-            const float* xr = x + r * ldx + base + off;
-            const __m256 lo = _mm256_fmadd_ps(q1, _mm256_loadu_ps(xr + 8),
-                                              _mm256_mul_ps(q0, _mm256_loadu_ps(xr)));
-            const __m256 hi = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xr + 24),
-                                              _mm256_mul_ps(q2, _mm256_loadu_ps(xr + 16)));
-            acc[r][0] = _mm256_fmadd_ps(lo, vs_lo, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(hi, vs_hi, acc[r][1]);
-          }
-        } else {
-          // More rows: scale the codes once (fl(s * q), the reference's value before the
-          // offset), then one FMA per 8 codes and row; enough rows hide the longer chains.
-          const __m256 w0 = _mm256_mul_ps(q0, vs_lo), w1 = _mm256_mul_ps(q1, vs_lo);
-          const __m256 w2 = _mm256_mul_ps(q2, vs_hi), w3 = _mm256_mul_ps(q3, vs_hi);
-          for (int r = 0; r < NR; ++r) {
-            const float* xr = x + r * ldx + base + off;
-            acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr), acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xr + 16), acc[r][1]);
-            acc[r][0] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr + 8), acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xr + 24), acc[r][1]);
-          }
+    int64_t base = 0;
+    auto segment = [&](auto slot, int off, float s_lo, float s_hi, float m, __m256 q0, __m256 q1,
+                       __m256 q2, __m256 q3) {
+      constexpr int kSet = kSets == 2 ? decltype(slot)::value : 0;
+      const __m256 vs_lo = _mm256_set1_ps(s_lo);
+      const __m256 vs_hi = _mm256_set1_ps(s_hi);
+      if constexpr (NR <= 2) {
+        // Few rows: dot the codes, then scale the two partial sums (3 FP ops per 8 codes).
+        for (int r = 0; r < NR; ++r) {
+          const float* xr = x + r * ldx + base + off;
+          const __m256 lo =
+              _mm256_fmadd_ps(q1, _mm256_loadu_ps(xr + 8), _mm256_mul_ps(q0, _mm256_loadu_ps(xr)));
+          const __m256 hi = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xr + 24),
+                                            _mm256_mul_ps(q2, _mm256_loadu_ps(xr + 16)));
+          acc[r][2 * kSet] = _mm256_fmadd_ps(lo, vs_lo, acc[r][2 * kSet]);
+          acc[r][2 * kSet + 1] = _mm256_fmadd_ps(hi, vs_hi, acc[r][2 * kSet + 1]);
         }
-        if constexpr (D::kHasOffset) {
-          for (int r = 0; r < NR; ++r) offset_sum[r] += m * xsum[r * segs + (base + off) / 32];
+      } else {
+        // More rows: scale the codes once (fl(s * q), the reference's value before the
+        // offset), then one FMA per 8 codes and row.
+        const __m256 w0 = _mm256_mul_ps(q0, vs_lo), w1 = _mm256_mul_ps(q1, vs_lo);
+        const __m256 w2 = _mm256_mul_ps(q2, vs_hi), w3 = _mm256_mul_ps(q3, vs_hi);
+        for (int r = 0; r < NR; ++r) {
+          const float* xr = x + r * ldx + base + off;
+          acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr), acc[r][0]);
+          acc[r][1] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xr + 16), acc[r][1]);
+          acc[r][0] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr + 8), acc[r][0]);
+          acc[r][1] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xr + 24), acc[r][1]);
         }
-      });
+      }
+      if constexpr (D::kHasOffset) {
+        for (int r = 0; r < NR; ++r) {
+          offset_sum[r][kSet] += m * xsum[r * segs + (base + off) / 32];
+        }
+      }
+    };
+    int64_t b = 0;
+    if constexpr (D::kElems == 32) {  // one segment per block: alternate slots by block
+      for (; b + 2 <= nb; b += 2) {
+        base = b * D::kElems;
+        D::template Decode<0>(row + b * kBytes, segment);
+        base += D::kElems;
+        D::template Decode<1>(row + (b + 1) * kBytes, segment);
+      }
+    }
+    for (; b < nb; ++b) {
+      base = b * D::kElems;
+      D::Decode(row + b * kBytes, segment);
     }
     const float bj = bias != nullptr ? bias[j] : 0.0f;
     for (int r = 0; r < NR; ++r) {
-      y[r * ldy + j] = HorizontalSum(_mm256_add_ps(acc[r][0], acc[r][1])) + offset_sum[r] + bj;
+      __m256 sum = _mm256_add_ps(acc[r][0], acc[r][1]);
+      float offsets = offset_sum[r][0];
+      if constexpr (kSets == 2) {
+        sum = _mm256_add_ps(sum, _mm256_add_ps(acc[r][2], acc[r][3]));
+        offsets += offset_sum[r][1];
+      }
+      y[r * ldy + j] = HorizontalSum(sum) + offsets + bj;
     }
   }
 }
@@ -134,12 +171,14 @@ void GemvBlocked(const uint8_t* w, int64_t row_bytes, int64_t k, const float* x,
 template <typename P, int NR>
 void GemvPlain(const uint8_t* w, int64_t row_bytes, int64_t k, const float* x, int64_t ldx,
                const float* /*xsum*/, const float* bias, float* y, int64_t ldy, int64_t j0,
-               int64_t j1) {
+               int64_t j1, int64_t prefetch_end) {
   constexpr int64_t kS = P::kSize;
   const int64_t k32 = k / 32 * 32;
   const int64_t k8 = k / 8 * 8;
+  const int64_t ahead = std::max<int64_t>(1, kPrefetchBytes / row_bytes);
   for (int64_t j = j0; j < j1; ++j) {
     const uint8_t* row = w + j * row_bytes;
+    if (j + ahead < prefetch_end) PrefetchRow(row + ahead * row_bytes, row_bytes);
     Accumulators<NR> acc;
     int64_t e = 0;
     for (; e < k32; e += 32) {
@@ -162,13 +201,14 @@ void GemvPlain(const uint8_t* w, int64_t row_bytes, int64_t k, const float* x, i
 }
 
 using GemvFn = void (*)(const uint8_t*, int64_t, int64_t, const float*, int64_t, const float*,
-                        const float*, float*, int64_t, int64_t, int64_t);
+                        const float*, float*, int64_t, int64_t, int64_t, int64_t);
 
 template <typename D>
 struct Blocked {
   template <int NR>
   static constexpr GemvFn kRun = &GemvBlocked<D, NR>;
 };
+
 template <typename P>
 struct Plain {
   template <int NR>
@@ -199,7 +239,7 @@ void DequantBlocked(const uint8_t* w, int64_t row_bytes, int64_t k, int64_t j0, 
     float* out = dst + (j - j0) * k;
     for (int64_t b = 0; b < nb; ++b) {
       float* ob = out + b * D::kElems;
-      D::Decode(row + b * kBytes, [&](int off, float s_lo, float s_hi, float m, __m256 q0,
+      D::Decode(row + b * kBytes, [&](auto, int off, float s_lo, float s_hi, float m, __m256 q0,
                                       __m256 q1, __m256 q2, __m256 q3) {
         // fl(fl(s * q) + m), exactly the reference's arithmetic.
         const __m256 vs_lo = _mm256_set1_ps(s_lo);
@@ -277,7 +317,8 @@ void SegmentSums(const float* x, int64_t ldx, int nr, int64_t k, float* out) {
 }
 
 void GemvRows(DType type, const void* w, int64_t k, const float* x, int64_t ldx, int nr,
-              const float* xsum, const float* bias, float* y, int64_t ldy, int64_t j0, int64_t j1) {
+              const float* xsum, const float* bias, float* y, int64_t ldy, int64_t j0, int64_t j1,
+              int64_t prefetch_end) {
   ICECACHE_CHECK(nr >= 1 && nr <= kGemvMaxRows);
   ICECACHE_CHECK(xsum != nullptr || !GemvNeedsSegmentSums(type));
   GemvFn fn = nullptr;
@@ -313,7 +354,8 @@ void GemvRows(DType type, const void* w, int64_t k, const float* x, int64_t ldx,
       break;
   }
   ICECACHE_CHECK_MSG(fn != nullptr, "unsupported weight dtype");
-  fn(static_cast<const uint8_t*>(w), RowBytes(type, k), k, x, ldx, xsum, bias, y, ldy, j0, j1);
+  fn(static_cast<const uint8_t*>(w), RowBytes(type, k), k, x, ldx, xsum, bias, y, ldy, j0, j1,
+     std::max(j1, prefetch_end));
 }
 
 void DequantizeRows(DType type, const void* w, int64_t k, int64_t j0, int64_t j1, float* dst) {

@@ -26,9 +26,12 @@ void SegmentSums(const float* x, int64_t ldx, int nr, int64_t k, float* out);
 // scaled per segment (s * sum(q x) + m * sum(x), sum(x) from `xsum` = SegmentSums when
 // GemvNeedsSegmentSums, else unused). No activation is quantized: the result is the f32 dot
 // product of the dequantized row up to f32 rounding.
+// Rows up to prefetch_end (>= j1) may be prefetched: weight rows stream from memory, and the
+// rows after j1 are usually the caller's next ones.
 // REQUIRES: 1 <= nr <= kGemvMaxRows, k % BlockElems(type) == 0.
 void GemvRows(DType type, const void* w, int64_t k, const float* x, int64_t ldx, int nr,
-              const float* xsum, const float* bias, float* y, int64_t ldy, int64_t j0, int64_t j1);
+              const float* xsum, const float* bias, float* y, int64_t ldy, int64_t j0, int64_t j1,
+              int64_t prefetch_end);
 
 // dst[(j - j0) * k + i] = w[j][i] for j in [j0, j1): the values of DequantizeRow, exactly (bit
 // for bit except the sign of zeros from Q4_0).
