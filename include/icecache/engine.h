@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "icecache/chat.h"
+#include "icecache/kv_config.h"
 #include "icecache/sampling.h"
 #include "icecache/status.h"
 
@@ -32,7 +33,7 @@ struct EngineOptions {
   int context_size = 0;        // tokens per sequence; 0: the model's trained context length
   int prefill_chunk = 512;     // prompt tokens per forward pass
   int max_sequences = 1;       // sequences whose full context the KV pool must hold at once
-  int kv_page_size = 16;       // tokens per KV page
+  KvConfig kv;                 // KV policy of sequences that do not choose their own
 };
 
 struct ModelInfo {
@@ -63,18 +64,56 @@ struct GenerateRequest {
   bool ignore_eos = false;        // keep going past end-of-sequence tokens
 };
 
+// Per-decode-step KV accounting (averages over the decode steps of a request).
+struct KvStats {
+  std::string policy;        // KvConfig::Describe()
+  int64_t decode_steps = 0;  // decode forward passes measured
+  int sparse_layers = 0;     // layers that attended a selection
+  int dense_layers = 0;      // layers that attended every page (reported, not free)
+  // Tokens attended per (layer, KV head) per step in sparse layers, and in dense layers.
+  double tokens_attended = 0;
+  double tokens_attended_dense = 0;
+  double context_tokens = 0;  // average sequence length during decode
+  double nodes_visited = 0;   // index nodes / pages / keys scored per (layer, KV head) per step
+  double pages_fetched = 0;   // pages copied into the working set per step
+  double bytes_fetched = 0;   // bytes copied into the working set per step
+  double hit_rate = 0;        // selected pages already resident / pages selected
+  // Seconds per step: selection, working-set fetch, attention, and everything else.
+  double select_seconds = 0, fetch_seconds = 0, attend_seconds = 0, other_seconds = 0;
+  int64_t host_kv_bytes = 0;      // KV of this sequence in the host tier
+  int64_t working_set_bytes = 0;  // working-set slots reserved for this sequence
+  int64_t index_bytes = 0;        // index metadata
+};
+
 struct GenerateStats {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens whose KV was reused from the session
   int64_t generated_tokens = 0;
   double prefill_seconds = 0, decode_seconds = 0;
   double prefill_tokens_per_second = 0, decode_tokens_per_second = 0;
-  int64_t kv_bytes = 0;            // KV held by this sequence at the end
+  int64_t kv_bytes = 0;  // KV held by this sequence at the end
   int64_t kv_bytes_per_token = 0;
   int64_t peak_rss_bytes = 0;
   // "stop" (end-of-sequence token or stop string), "length" (max_tokens), "context" (context
   // limit reached), "cancelled" (the callback asked to stop).
   std::string finish_reason;
+  KvStats kv;
+};
+
+// Teacher-forced scoring: `context` is prefilled (dense), then `continuation` is fed one token
+// per decode step under the sequence's KV policy.
+struct ScoreRequest {
+  std::vector<int32_t> context;
+  std::vector<int32_t> continuation;
+  bool full_logprobs = false;  // also return the whole log-softmax of every step
+};
+
+struct ScoreResult {
+  // Step i predicts continuation[i] (step 0 from the prefill, step i > 0 from a decode step).
+  std::vector<float> token_logprobs;         // log p(continuation[i] | everything before)
+  std::vector<int32_t> top1;                 // most likely token of each step
+  std::vector<std::vector<float>> logprobs;  // [step][vocab] when full_logprobs
+  KvStats kv;
 };
 
 struct GenerateResult {
@@ -111,8 +150,11 @@ class Engine {
   virtual Result<GenerateResult> Generate(const GenerateRequest& request,
                                           const GenerateCallbacks& callbacks = {}) = 0;
   // A sequence whose KV persists across requests (multi-turn chat): each request reuses the
-  // longest token prefix it shares with the session's history.
-  virtual Result<std::unique_ptr<Session>> NewSession() = 0;
+  // longest token prefix it shares with the session's history. `kv` overrides the engine's
+  // KV policy for this session.
+  virtual Result<std::unique_ptr<Session>> NewSession(const KvConfig* kv = nullptr) = 0;
+  // Scores on a fresh sequence with the engine's KV policy.
+  virtual Result<ScoreResult> Score(const ScoreRequest& request) = 0;
 
   // Teacher-forced logits of `tokens` at the given positions (row i predicts the token after
   // position positions[i]). For evaluation and tests.
@@ -128,6 +170,10 @@ class Session {
   // Tokens whose KV the session holds (prompts and generated tokens so far).
   virtual const std::vector<int32_t>& history() const = 0;
   virtual void Reset() = 0;
+  virtual Result<ScoreResult> Score(const ScoreRequest& request) = 0;
+  // A new session holding a copy of this one's KV and history, under policy `kv` (its index is
+  // built over the copied KV). Lets one prefill serve several policies.
+  virtual Result<std::unique_ptr<Session>> Fork(const KvConfig& kv) = 0;
 };
 
 // "default" (or empty) -> the cached default model file; anything else is returned as is.

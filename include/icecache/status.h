@@ -15,11 +15,11 @@ namespace icecache {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,  // bad flag, bad request field, bad prompt
-  kNotFound,         // missing file, unknown tensor or key
-  kCorrupt,          // malformed file contents
-  kUnsupported,      // valid input that this build cannot handle (architecture, tensor type)
-  kOutOfRange,       // e.g. prompt longer than the context limit
+  kInvalidArgument,    // bad flag, bad request field, bad prompt
+  kNotFound,           // missing file, unknown tensor or key
+  kCorrupt,            // malformed file contents
+  kUnsupported,        // valid input that this build cannot handle (architecture, tensor type)
+  kOutOfRange,         // e.g. prompt longer than the context limit
   kResourceExhausted,  // out of memory or KV space
   kIoError,
   kInternal,
@@ -59,7 +59,7 @@ Status Internal(std::string message);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(v_).ok()) v_ = Status(StatusCode::kInternal, "Result built from OK");
   }

@@ -67,4 +67,13 @@ void Backend::Attention(const AttentionArgs& args) {
   DoAttention(args);
 }
 
+void Backend::CopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
+                        const Tensor& dst_ids) {
+  ICECACHE_CHECK(src.page_size == dst.page_size && src.head_dim == dst.head_dim);
+  ICECACHE_CHECK(src.dtype == dst.dtype);
+  ICECACHE_CHECK(src_ids.dtype() == DType::kI32 && dst_ids.dtype() == DType::kI32);
+  ICECACHE_CHECK(src_ids.numel() == dst_ids.numel());
+  DoCopyPages(src, dst, src_ids, dst_ids);
+}
+
 }  // namespace icecache

@@ -81,6 +81,11 @@ class Backend {
   void SwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out);
   void WriteKv(const KvWriteArgs& args);
   void Attention(const AttentionArgs& args);
+  // Copies whole pages (K, V and positions): page dst_ids[i] of `dst` = page src_ids[i] of
+  // `src`. Pools must share page size, head dim and dtype; ids (i32) are in this backend's
+  // memory. The working-set fetch and sequence forks use it.
+  void CopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
+                 const Tensor& dst_ids);
 
  protected:
   virtual void DoMatMul(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) = 0;
@@ -91,6 +96,8 @@ class Backend {
   virtual void DoSwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
   virtual void DoWriteKv(const KvWriteArgs& args) = 0;
   virtual void DoAttention(const AttentionArgs& args) = 0;
+  virtual void DoCopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
+                           const Tensor& dst_ids) = 0;
 };
 
 struct CpuBackendOptions {

@@ -78,9 +78,10 @@ int Run(const BenchArgs& a) {
   if (!a.json) {
     std::printf("model %s (%s), %s\n", engine.info().name.c_str(), engine.info().path.c_str(),
                 engine.info().backend.c_str());
-    std::printf("each context: prefill (context - %d) prompt tokens, then decode %d tokens; "
-                "median of %d runs\n\n",
-                a.decode, a.decode, a.repeats);
+    std::printf(
+        "each context: prefill (context - %d) prompt tokens, then decode %d tokens; "
+        "median of %d runs\n\n",
+        a.decode, a.decode, a.repeats);
     std::printf("| context | prompt tokens | prefill tok/s | decode tok/s | KV bytes |\n");
     std::printf("|--------:|--------------:|--------------:|-------------:|---------:|\n");
     std::fflush(stdout);

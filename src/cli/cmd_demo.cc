@@ -32,9 +32,8 @@ int Run(const DemoArgs& a) {
   const std::string filler = MakeFillerText(static_cast<int>(a.tokens / 1.3), a.seed);
   const std::string document = HideNeedle(filler, needle, a.depth);
   GenerateRequest req;
-  req.messages.push_back(
-      {"user", "Read the following document carefully.\n\n<document>\n" + document +
-                   "\n</document>\n\nQuestion: " + needle.question});
+  req.messages.push_back({"user", "Read the following document carefully.\n\n<document>\n" +
+                                      document + "\n</document>\n\nQuestion: " + needle.question});
   req.max_tokens = 32;
   if (!engine.info().has_chat_template) {
     req.prompt = req.messages[0].content + "\nAnswer:";
@@ -71,14 +70,14 @@ int Run(const DemoArgs& a) {
   }
   std::printf("answer: %s\n", out->text.c_str());
   std::printf("expected: %s -> %s\n", needle.answer.c_str(), correct ? "correct" : "not found");
-  std::printf("%s", fmt::format("prompt: {} tokens, prefill {:.1f} tok/s ({:.2f} s)\n"
-                                "decode: {} tokens, {:.1f} tok/s\n"
-                                "KV cache: {} ({} per token), peak RSS {}\n",
-                                s.prompt_tokens, s.prefill_tokens_per_second, s.prefill_seconds,
-                                s.generated_tokens, s.decode_tokens_per_second,
-                                HumanBytes(s.kv_bytes), HumanBytes(s.kv_bytes_per_token),
-                                HumanBytes(s.peak_rss_bytes))
-                        .c_str());
+  std::printf("%s",
+              fmt::format("prompt: {} tokens, prefill {:.1f} tok/s ({:.2f} s)\n"
+                          "decode: {} tokens, {:.1f} tok/s\n"
+                          "KV cache: {} ({} per token), peak RSS {}\n",
+                          s.prompt_tokens, s.prefill_tokens_per_second, s.prefill_seconds,
+                          s.generated_tokens, s.decode_tokens_per_second, HumanBytes(s.kv_bytes),
+                          HumanBytes(s.kv_bytes_per_token), HumanBytes(s.peak_rss_bytes))
+                  .c_str());
   return 0;
 }
 

@@ -81,29 +81,29 @@ int Run(const InspectArgs& a) {
     return 0;
   }
   std::string dtypes;
-  for (const auto& [name, n] : dtype_count) dtypes += fmt::format("{}{} x{}", dtypes.empty() ? "" : ", ", name, n);
-  std::printf("%s", fmt::format("model         {}\n"
-                                "file          {} ({})\n"
-                                "architecture  {}\n"
-                                "layers        {}\n"
-                                "hidden        {}\n"
-                                "heads         {} query, {} KV (head dim {})\n"
-                                "ffn           {}\n"
-                                "vocab         {} (tokenizer: {} tokens)\n"
-                                "context       {} (RoPE theta {})\n"
-                                "tied output   {}\n"
-                                "chat template {}\n"
-                                "weights       {} in {} tensors ({})\n"
-                                "KV per token  {} at f32, {} at bf16 ({} B f32 x 1K tokens = {})\n",
-                                c.name, m.path, m.format, c.arch->name, c.n_layers, c.hidden,
-                                c.n_heads, c.n_kv_heads, c.head_dim, c.ffn, c.vocab,
-                                m.tokenizer->vocab_size(), c.max_context, c.rope_theta,
-                                c.tie_embeddings ? "yes" : "no",
-                                m.chat_template ? "yes" : "no (" + m.chat_template_note + ")",
-                                HumanBytes(weight_bytes), m.tensors.size(), dtypes,
-                                HumanBytes(kv_f32), HumanBytes(kv_bf16), kv_f32,
-                                HumanBytes(kv_f32 * 1024))
-                        .c_str());
+  for (const auto& [name, n] : dtype_count)
+    dtypes += fmt::format("{}{} x{}", dtypes.empty() ? "" : ", ", name, n);
+  std::printf("%s",
+              fmt::format("model         {}\n"
+                          "file          {} ({})\n"
+                          "architecture  {}\n"
+                          "layers        {}\n"
+                          "hidden        {}\n"
+                          "heads         {} query, {} KV (head dim {})\n"
+                          "ffn           {}\n"
+                          "vocab         {} (tokenizer: {} tokens)\n"
+                          "context       {} (RoPE theta {})\n"
+                          "tied output   {}\n"
+                          "chat template {}\n"
+                          "weights       {} in {} tensors ({})\n"
+                          "KV per token  {} at f32, {} at bf16 ({} B f32 x 1K tokens = {})\n",
+                          c.name, m.path, m.format, c.arch->name, c.n_layers, c.hidden, c.n_heads,
+                          c.n_kv_heads, c.head_dim, c.ffn, c.vocab, m.tokenizer->vocab_size(),
+                          c.max_context, c.rope_theta, c.tie_embeddings ? "yes" : "no",
+                          m.chat_template ? "yes" : "no (" + m.chat_template_note + ")",
+                          HumanBytes(weight_bytes), m.tensors.size(), dtypes, HumanBytes(kv_f32),
+                          HumanBytes(kv_bf16), kv_f32, HumanBytes(kv_f32 * 1024))
+                  .c_str());
   if (a.metadata) {
     std::printf("\nmetadata:\n");
     for (const auto& [k, v] : m.metadata) std::printf("  %-45s %s\n", k.c_str(), v.c_str());
@@ -130,8 +130,8 @@ Command AddInspectCommand(CLI::App& root) {
   app->add_option("-m,--model", args->model, "GGUF file, model folder, or 'default'");
   app->add_flag("--json", args->json, "print everything as JSON");
   app->add_flag("--metadata", args->metadata, "also print all metadata keys");
-  app->add_flag("--all-tensors", [args](int64_t) { args->max_tensors = 0; },
-                "list every tensor");
+  app->add_flag(
+      "--all-tensors", [args](int64_t) { args->max_tensors = 0; }, "list every tensor");
   return {app, [args]() { return Run(*args); }};
 }
 

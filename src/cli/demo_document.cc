@@ -10,13 +10,14 @@ namespace icecache::cli {
 namespace {
 
 constexpr std::array<std::string_view, 12> kPlaces = {
-    "Harrow Island", "the port of Velm", "Cape Orrin", "the Saltmarsh", "Duneford",
-    "the northern reef", "Lantern Bay", "the old quarry", "Mossgate", "the cedar ridge",
-    "Brightwater", "the eastern shoals"};
+    "Harrow Island", "the port of Velm",  "Cape Orrin",  "the Saltmarsh",
+    "Duneford",      "the northern reef", "Lantern Bay", "the old quarry",
+    "Mossgate",      "the cedar ridge",   "Brightwater", "the eastern shoals"};
 constexpr std::array<std::string_view, 12> kPeople = {
-    "the ferry captain", "a retired surveyor", "the harbour clerk", "two fishermen",
-    "the island's only baker", "a visiting botanist", "the lighthouse keeper", "the schoolteacher",
-    "a shipwright", "the weather watcher", "an old net mender", "the mayor's assistant"};
+    "the ferry captain",     "a retired surveyor",      "the harbour clerk",
+    "two fishermen",         "the island's only baker", "a visiting botanist",
+    "the lighthouse keeper", "the schoolteacher",       "a shipwright",
+    "the weather watcher",   "an old net mender",       "the mayor's assistant"};
 constexpr std::array<std::string_view, 12> kActions = {
     "counted the boats that came in before noon",
     "wrote down the height of the tide twice a day",
@@ -41,10 +42,9 @@ constexpr std::array<std::string_view, 10> kDetails = {
     "The bell of the chapel rang at six, as it had for a hundred years.",
     "Lamps were lit early because the days were getting shorter.",
     "Letters from the mainland arrived only once a fortnight."};
-constexpr std::array<std::string_view, 8> kSecrets = {"amber falcon", "silver lantern",
-                                                     "quiet harbour", "copper kettle",
-                                                     "northern star", "velvet anchor",
-                                                     "painted heron", "winter orchard"};
+constexpr std::array<std::string_view, 8> kSecrets = {
+    "amber falcon",  "silver lantern", "quiet harbour", "copper kettle",
+    "northern star", "velvet anchor",  "painted heron", "winter orchard"};
 
 }  // namespace
 

@@ -21,9 +21,9 @@ int main(int argc, char** argv) {
   std::vector<Command> commands = {AddGenerateCommand(app), AddChatCommand(app),
                                    AddInspectCommand(app), AddBenchCommand(app),
                                    AddDemoCommand(app)};
-  const bool known = argc > 1 && std::any_of(commands.begin(), commands.end(), [&](const Command& c) {
-                      return c.app->check_name(argv[1]);
-                    });
+  const bool known =
+      argc > 1 && std::any_of(commands.begin(), commands.end(),
+                              [&](const Command& c) { return c.app->check_name(argv[1]); });
   if (argc > 1 && argv[1][0] != '-' && !known) {
     std::string names;
     for (const Command& c : commands) names += (names.empty() ? "" : ", ") + c.app->get_name();

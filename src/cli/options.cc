@@ -11,7 +11,7 @@ EngineOptions ModelOptions::ToEngineOptions() const {
   e.threads = threads;
   e.context_size = ctx_size;
   e.prefill_chunk = prefill_chunk;
-  e.kv_page_size = kv_page;
+  e.kv = kv;
   return e;
 }
 
@@ -42,8 +42,33 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
   app.add_option("--prefill-chunk", o->prefill_chunk, "prompt tokens per forward pass")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
-  app.add_option("--kv-page", o->kv_page, "tokens per KV page")
+  KvConfig& kv = o->kv;
+  app.add_option("--kv-policy", kv.policy,
+                 "KV selection policy: full, streaming, quest, oracle, icecache, lychee")
+      ->capture_default_str();
+  app.add_option("--kv-budget", kv.budget,
+                 "tokens attended per (layer, KV head) per decode step, sink and window included")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--kv-page", kv.page_size, "tokens per KV page")
       ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--kv-sink", kv.sink, "first tokens always attended (default: one page)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-window", kv.window,
+                 "most recent tokens always attended (default: a quarter of the budget)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-dense-layers", kv.dense_layers, "first N layers attend every token")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--kv-exact", kv.exact,
+               "icecache: bound-pruned search equal to exhaustive scoring by bound");
+  app.add_option("--kv-reuse-layers", kv.reuse_layers,
+                 "icecache: consecutive layers sharing one tree and selection")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--kv-oracle-unit", kv.oracle_unit, "oracle: page or token")
+      ->check(CLI::IsMember({"page", "token"}));
+  app.add_option("--kv-dtype", kv.dtype, "stored K/V type: f32 (exact) or f16")
+      ->check(CLI::IsMember({"f32", "f16"}))
       ->capture_default_str();
 }
 

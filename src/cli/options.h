@@ -16,7 +16,7 @@ struct ModelOptions {
   int threads = 0;
   int ctx_size = 0;
   int prefill_chunk = 512;
-  int kv_page = 16;
+  KvConfig kv;
 
   EngineOptions ToEngineOptions() const;
 };
@@ -33,7 +33,7 @@ struct SamplingOptions {
   SamplingParams ToParams() const;
 };
 
-// -m/--model, --device, --threads, --ctx-size, --prefill-chunk, --kv-page.
+// -m/--model, --device, --threads, --ctx-size, --prefill-chunk and the --kv-* options.
 void AddModelOptions(CLI::App& app, ModelOptions* o);
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --seed.
 void AddSamplingOptions(CLI::App& app, SamplingOptions* o);

@@ -9,10 +9,14 @@
 namespace icecache::cli {
 
 bool ParseProgressMode(const std::string& s, ProgressMode* out) {
-  if (s == "auto") *out = ProgressMode::kAuto;
-  else if (s == "always") *out = ProgressMode::kAlways;
-  else if (s == "never") *out = ProgressMode::kNever;
-  else return false;
+  if (s == "auto")
+    *out = ProgressMode::kAuto;
+  else if (s == "always")
+    *out = ProgressMode::kAlways;
+  else if (s == "never")
+    *out = ProgressMode::kNever;
+  else
+    return false;
   return true;
 }
 

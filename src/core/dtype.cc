@@ -10,11 +10,11 @@ struct DTypeInfo {
   int64_t block_bytes;
 };
 constexpr DTypeInfo kInfo[] = {
-    {DType::kF32, "f32", 1, 4},        {DType::kF16, "f16", 1, 2},
-    {DType::kBF16, "bf16", 1, 2},      {DType::kI32, "i32", 1, 4},
-    {DType::kQ8_0, "q8_0", 32, 34},    {DType::kQ4_0, "q4_0", 32, 18},
-    {DType::kQ4_1, "q4_1", 32, 20},    {DType::kQ4_K, "q4_k", 256, 144},
-    {DType::kQ5_K, "q5_k", 256, 176},  {DType::kQ6_K, "q6_k", 256, 210},
+    {DType::kF32, "f32", 1, 4},       {DType::kF16, "f16", 1, 2},
+    {DType::kBF16, "bf16", 1, 2},     {DType::kI32, "i32", 1, 4},
+    {DType::kQ8_0, "q8_0", 32, 34},   {DType::kQ4_0, "q4_0", 32, 18},
+    {DType::kQ4_1, "q4_1", 32, 20},   {DType::kQ4_K, "q4_k", 256, 144},
+    {DType::kQ5_K, "q5_k", 256, 176}, {DType::kQ6_K, "q6_k", 256, 210},
 };
 const DTypeInfo& Info(DType t) { return kInfo[static_cast<int>(t)]; }
 }  // namespace

@@ -53,7 +53,7 @@ inline uint16_t F32ToF16(float f) {
   std::memcpy(&u, &f, 4);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t absu = u & 0x7fffffffu;
-  if (absu > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (absu > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (absu >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (absu < 0x38800000u) {  // subnormal or zero in f16
     if (absu < 0x33000000u) return static_cast<uint16_t>(sign);

@@ -40,8 +40,8 @@ Result<Tensor> Tensor::Host(DType dtype, std::span<const int64_t> shape) {
   std::shared_ptr<void> owner;
   void* p = nullptr;
   if (want >= kMmapThreshold) {
-    p = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-             -1, 0);
+    p = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+             0);
     if (p == MAP_FAILED) {
       return ResourceExhausted("cannot reserve " + std::to_string(bytes) + " bytes of memory");
     }

@@ -1,6 +1,7 @@
 #include "engine/engine_impl.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/process.h"
@@ -18,9 +19,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
 Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& options) {
   if (options.prefill_chunk <= 0) return InvalidArgument("prefill chunk must be positive");
   if (options.max_sequences <= 0) return InvalidArgument("max sequences must be positive");
-  if (options.kv_page_size <= 0 || options.kv_page_size > 4096) {
-    return InvalidArgument("KV page size must be in [1, 4096]");
-  }
+  ICECACHE_RETURN_IF_ERROR(options.kv.Validate());
   if (options.context_size < 0) return InvalidArgument("context size must be >= 0");
   if (options.threads < 0) return InvalidArgument("threads must be >= 0");
 
@@ -39,18 +38,18 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
 
   const int ctx = options.context_size > 0 ? options.context_size : c.max_context;
   if (c.sliding_window > 0 && ctx > c.sliding_window) {
-    return Unsupported("this model uses sliding-window attention (window " +
-                       std::to_string(c.sliding_window) +
-                       "), which is not implemented; use --ctx-size <= " +
-                       std::to_string(c.sliding_window));
+    return Unsupported(
+        "this model uses sliding-window attention (window " + std::to_string(c.sliding_window) +
+        "), which is not implemented; use --ctx-size <= " + std::to_string(c.sliding_window));
   }
   const int chunk = std::min(options.prefill_chunk, ctx);
   ICECACHE_ASSIGN_OR_RETURN(e->transformer_,
                             Transformer::Create(c, e->model_->weights, e->backend_.get(), chunk));
-  KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, options.kv_page_size, DType::kF32};
+  KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, options.kv.page_size,
+                  options.kv.dtype == "f16" ? DType::kF16 : DType::kF32};
   ICECACHE_ASSIGN_OR_RETURN(
-      e->pool_, PagePool::Create(*e->backend_, layout,
-                                 layout.PagesForTokens(ctx) * options.max_sequences));
+      e->pool_,
+      PagePool::Create(*e->backend_, layout, layout.PagesForTokens(ctx) * options.max_sequences));
 
   ModelInfo& i = e->info_;
   i.name = c.name;
@@ -85,8 +84,8 @@ std::string EngineImpl::Detokenize(std::span<const int32_t> tokens) const {
 Result<std::string> EngineImpl::FormatChat(const std::vector<ChatMessage>& messages,
                                            bool add_generation_prompt) const {
   if (!model_->chat_template) {
-    return Unsupported("this model has no supported chat template (" +
-                       model_->chat_template_note + ")");
+    return Unsupported("this model has no supported chat template (" + model_->chat_template_note +
+                       ")");
   }
   return model_->chat_template->Apply(messages, add_generation_prompt);
 }
@@ -117,60 +116,77 @@ Result<std::vector<int32_t>> EngineImpl::PromptTokens(const GenerateRequest& r) 
   return tokens;
 }
 
-Result<std::vector<float>> EngineImpl::Prefill(KvSequence& seq, std::span<const int32_t> tokens,
+size_t EngineImpl::ReusePrefix(SequenceState& state, std::span<const int32_t> tokens) {
+  size_t common = 0;
+  const std::vector<int32_t>& h = state.history;
+  while (common < h.size() && common < tokens.size() && h[common] == tokens[common]) ++common;
+  if (common == tokens.size() && common > 0) --common;
+  state.seq.Truncate(static_cast<int64_t>(common));
+  state.history.resize(common);
+  return common;
+}
+
+Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
+                                               std::span<const int32_t> tokens,
                                                const GenerateCallbacks& callbacks) {
   const int64_t total = static_cast<int64_t>(tokens.size());
   const int64_t chunk = transformer_->max_tokens();
-  KvSequence* seqs[] = {&seq};
+  const int64_t start = state.seq.length();
+  KvSequence* seqs[] = {&state.seq};
   std::vector<float> last;
   for (int64_t done = 0; done < total;) {
     const int64_t n = std::min(chunk, total - done);
     const int32_t counts[] = {static_cast<int32_t>(n)};
-    ForwardInput in{seqs, tokens.subspan(done, n), counts,
-                    done + n == total ? LogitsMode::kLast : LogitsMode::kNone, {}};
-    ICECACHE_ASSIGN_OR_RETURN(Tensor logits, transformer_->Forward(in));
+    ForwardInput in{seqs,
+                    tokens.subspan(done, n),
+                    counts,
+                    done + n == total ? LogitsMode::kLast : LogitsMode::kNone,
+                    {}};
+    auto logits = transformer_->Forward(in);
+    if (!logits.ok()) {
+      state.seq.Truncate(start);
+      state.history.resize(static_cast<size_t>(start));
+      return logits.status();
+    }
+    state.history.insert(state.history.end(), tokens.begin() + done, tokens.begin() + done + n);
     done += n;
     if (done == total) {
-      const float* row = logits.data_as<float>();
-      last.assign(row, row + logits.cols());
+      const float* row = logits->data_as<float>();
+      last.assign(row, row + logits->cols());
     }
     if (callbacks.on_prefill) callbacks.on_prefill(done, total);
   }
   return last;
 }
 
-Result<GenerateResult> EngineImpl::RunOn(KvSequence& seq, std::vector<int32_t>& history,
-                                         const GenerateRequest& request,
+Result<Tensor> EngineImpl::DecodeStep(SequenceState& state, int32_t token) {
+  KvSequence* seqs[] = {&state.seq};
+  const int32_t one[] = {1};
+  const int32_t ids[] = {token};
+  ForwardInput in{seqs, ids, one, LogitsMode::kLast, {}};
+  ICECACHE_ASSIGN_OR_RETURN(Tensor out, transformer_->Forward(in));
+  state.history.push_back(token);
+  return out;
+}
+
+Result<GenerateResult> EngineImpl::RunOn(SequenceState& state, const GenerateRequest& request,
                                          const GenerateCallbacks& callbacks) {
   if (request.max_tokens < 0) return InvalidArgument("max tokens must be >= 0");
   ICECACHE_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(request.sampling));
   ICECACHE_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, PromptTokens(request));
   const Tokenizer& tok = *model_->tokenizer;
 
-  // Reuse the KV of the longest common prefix; at least one token must run to get logits.
-  size_t common = 0;
-  while (common < history.size() && common < prompt.size() && history[common] == prompt[common]) {
-    ++common;
-  }
-  if (common == prompt.size()) --common;
-  seq.Truncate(static_cast<int64_t>(common));
-  history.resize(common);
-
   GenerateResult result;
   GenerateStats& st = result.stats;
+  const size_t common = ReusePrefix(state, prompt);
   st.prompt_tokens = static_cast<int64_t>(prompt.size());
   st.cached_tokens = static_cast<int64_t>(common);
   st.kv_bytes_per_token = info_.kv_bytes_per_token;
 
   const double t0 = NowSeconds();
-  auto fresh = std::span<const int32_t>(prompt).subspan(common);
-  auto logits_or = Prefill(seq, fresh, callbacks);
-  if (!logits_or.ok()) {
-    seq.Truncate(static_cast<int64_t>(common));
-    return logits_or.status();
-  }
-  std::vector<float> logits = std::move(logits_or).value();
-  history.insert(history.end(), fresh.begin(), fresh.end());
+  ICECACHE_ASSIGN_OR_RETURN(
+      std::vector<float> logits,
+      Prefill(state, std::span<const int32_t>(prompt).subspan(common), callbacks));
   const double t1 = NowSeconds();
   st.prefill_seconds = t1 - t0;
 
@@ -178,8 +194,6 @@ Result<GenerateResult> EngineImpl::RunOn(KvSequence& seq, std::vector<int32_t>& 
   if (!request.ignore_eos) stop_ids = tok.StopTokenIds();
   StopMatcher stops(request.stop);
   StreamDecoder decoder(tok);
-  KvSequence* seqs[] = {&seq};
-  const int32_t one[] = {1};
   bool cancelled = false;
   auto emit = [&](const std::string& text) {
     if (text.empty()) return;
@@ -190,7 +204,7 @@ Result<GenerateResult> EngineImpl::RunOn(KvSequence& seq, std::vector<int32_t>& 
   st.finish_reason = "length";
   int64_t forwards = 0;
   for (int i = 0; i < request.max_tokens; ++i) {
-    const int32_t next = sampler.Sample(logits, history);
+    const int32_t next = sampler.Sample(logits, state.history);
     if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
       st.finish_reason = "stop";
       break;
@@ -206,14 +220,11 @@ Result<GenerateResult> EngineImpl::RunOn(KvSequence& seq, std::vector<int32_t>& 
       break;
     }
     if (i + 1 == request.max_tokens) break;  // no need to run the last token
-    if (seq.length() + 1 >= info_.context_size) {
+    if (state.seq.length() + 1 >= info_.context_size) {
       st.finish_reason = "context";
       break;
     }
-    const int32_t ids[] = {next};
-    ForwardInput in{seqs, ids, one, LogitsMode::kLast, {}};
-    ICECACHE_ASSIGN_OR_RETURN(Tensor out, transformer_->Forward(in));
-    history.push_back(next);
+    ICECACHE_ASSIGN_OR_RETURN(Tensor out, DecodeStep(state, next));
     ++forwards;
     const float* row = out.data_as<float>();
     logits.assign(row, row + out.cols());
@@ -230,43 +241,128 @@ Result<GenerateResult> EngineImpl::RunOn(KvSequence& seq, std::vector<int32_t>& 
   if (st.decode_seconds > 0 && forwards > 0) {
     st.decode_tokens_per_second = static_cast<double>(forwards) / st.decode_seconds;
   }
-  st.kv_bytes = seq.num_pages() * seq.layout().page_bytes();
+  st.kv_bytes = state.seq.num_pages() * state.seq.layout().page_bytes();
   st.peak_rss_bytes = PeakRssBytes();
+  st.kv.policy = state.kv.Describe();
   return result;
+}
+
+Result<ScoreResult> EngineImpl::ScoreOn(SequenceState& state, const ScoreRequest& request) {
+  if (request.context.empty()) return InvalidArgument("score: the context is empty");
+  const int64_t total = static_cast<int64_t>(request.context.size() + request.continuation.size());
+  if (total > info_.context_size) {
+    return OutOfRange("score: " + std::to_string(total) + " tokens exceed the context limit of " +
+                      std::to_string(info_.context_size));
+  }
+  for (const auto* list : {&request.context, &request.continuation}) {
+    for (int32_t id : *list) {
+      if (id < 0 || id >= info_.vocab) {
+        return InvalidArgument("score: token id " + std::to_string(id) +
+                               " is outside the vocabulary (" + std::to_string(info_.vocab) + ")");
+      }
+    }
+  }
+  const size_t common = ReusePrefix(state, request.context);
+  ICECACHE_ASSIGN_OR_RETURN(
+      std::vector<float> logits,
+      Prefill(state, std::span<const int32_t>(request.context).subspan(common), {}));
+  ScoreResult r;
+  const size_t steps = request.continuation.size();
+  for (size_t i = 0; i < steps; ++i) {
+    if (i > 0) {
+      ICECACHE_ASSIGN_OR_RETURN(Tensor out, DecodeStep(state, request.continuation[i - 1]));
+      const float* row = out.data_as<float>();
+      logits.assign(row, row + out.cols());
+    }
+    // log-softmax in double for a stable reference.
+    double max_logit = logits[0];
+    int32_t best = 0;
+    for (size_t v = 1; v < logits.size(); ++v) {
+      if (logits[v] > max_logit) {
+        max_logit = logits[v];
+        best = static_cast<int32_t>(v);
+      }
+    }
+    double sum = 0;
+    for (float l : logits) sum += std::exp(static_cast<double>(l) - max_logit);
+    const double log_z = max_logit + std::log(sum);
+    r.token_logprobs.push_back(static_cast<float>(logits[request.continuation[i]] - log_z));
+    r.top1.push_back(best);
+    if (request.full_logprobs) {
+      std::vector<float> lp(logits.size());
+      for (size_t v = 0; v < logits.size(); ++v) lp[v] = static_cast<float>(logits[v] - log_z);
+      r.logprobs.push_back(std::move(lp));
+    }
+  }
+  r.kv.policy = state.kv.Describe();
+  return r;
+}
+
+Result<std::unique_ptr<SequenceState>> EngineImpl::NewState(const KvConfig* kv) {
+  const KvConfig& config = kv != nullptr ? *kv : options_.kv;
+  ICECACHE_RETURN_IF_ERROR(config.Validate());
+  if (config.page_size != options_.kv.page_size || config.dtype != options_.kv.dtype) {
+    return InvalidArgument("a session's KV page size and dtype must match the engine's (" +
+                           std::to_string(options_.kv.page_size) + ", " + options_.kv.dtype + ")");
+  }
+  if (config.policy != "full") {
+    return Unsupported("KV policy '" + config.policy + "' is not implemented yet");
+  }
+  return std::make_unique<SequenceState>(pool_.get(), config);
+}
+
+Result<std::unique_ptr<SequenceState>> EngineImpl::ForkState(const SequenceState& state,
+                                                             const KvConfig& kv) {
+  ICECACHE_ASSIGN_OR_RETURN(auto copy, NewState(&kv));
+  ICECACHE_RETURN_IF_ERROR(copy->seq.CopyFrom(state.seq, *backend_));
+  copy->history = state.history;
+  return copy;
 }
 
 Result<GenerateResult> EngineImpl::Generate(const GenerateRequest& request,
                                             const GenerateCallbacks& callbacks) {
-  KvSequence seq(pool_.get());
-  std::vector<int32_t> history;
-  return RunOn(seq, history, request, callbacks);
+  ICECACHE_ASSIGN_OR_RETURN(auto state, NewState(nullptr));
+  return RunOn(*state, request, callbacks);
+}
+
+Result<ScoreResult> EngineImpl::Score(const ScoreRequest& request) {
+  ICECACHE_ASSIGN_OR_RETURN(auto state, NewState(nullptr));
+  return ScoreOn(*state, request);
 }
 
 namespace {
 
 class SessionImpl : public Session {
  public:
-  explicit SessionImpl(EngineImpl* engine) : engine_(engine), seq_(&engine->pool()) {}
+  SessionImpl(EngineImpl* engine, std::unique_ptr<SequenceState> state)
+      : engine_(engine), state_(std::move(state)) {}
   Result<GenerateResult> Generate(const GenerateRequest& request,
                                   const GenerateCallbacks& callbacks) override {
-    return engine_->RunOn(seq_, history_, request, callbacks);
+    return engine_->RunOn(*state_, request, callbacks);
   }
-  const std::vector<int32_t>& history() const override { return history_; }
+  Result<ScoreResult> Score(const ScoreRequest& request) override {
+    return engine_->ScoreOn(*state_, request);
+  }
+  const std::vector<int32_t>& history() const override { return state_->history; }
   void Reset() override {
-    seq_.Truncate(0);
-    history_.clear();
+    state_->seq.Truncate(0);
+    state_->history.clear();
+  }
+  Result<std::unique_ptr<Session>> Fork(const KvConfig& kv) override {
+    ICECACHE_ASSIGN_OR_RETURN(auto copy, engine_->ForkState(*state_, kv));
+    return std::unique_ptr<Session>(new SessionImpl(engine_, std::move(copy)));
   }
 
  private:
   EngineImpl* engine_;
-  KvSequence seq_;
-  std::vector<int32_t> history_;
+  std::unique_ptr<SequenceState> state_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<Session>> EngineImpl::NewSession() {
-  return std::unique_ptr<Session>(new SessionImpl(this));
+Result<std::unique_ptr<Session>> EngineImpl::NewSession(const KvConfig* kv) {
+  ICECACHE_ASSIGN_OR_RETURN(auto state, NewState(kv));
+  return std::unique_ptr<Session>(new SessionImpl(this, std::move(state)));
 }
 
 Result<std::vector<std::vector<float>>> EngineImpl::Logits(std::span<const int32_t> tokens,

@@ -13,6 +13,15 @@
 
 namespace icecache {
 
+// A sequence and what the engine knows about it: its KV pages, the tokens they hold, and its
+// KV policy.
+struct SequenceState {
+  SequenceState(PagePool* pool, KvConfig config) : seq(pool), kv(std::move(config)) {}
+  KvSequence seq;
+  std::vector<int32_t> history;  // tokens whose KV `seq` holds
+  KvConfig kv;
+};
+
 class EngineImpl : public Engine {
  public:
   static Result<std::unique_ptr<EngineImpl>> Create(const EngineOptions& options);
@@ -25,21 +34,33 @@ class EngineImpl : public Engine {
                                  bool add_generation_prompt) const override;
   Result<GenerateResult> Generate(const GenerateRequest& request,
                                   const GenerateCallbacks& callbacks) override;
-  Result<std::unique_ptr<Session>> NewSession() override;
+  Result<std::unique_ptr<Session>> NewSession(const KvConfig* kv) override;
+  Result<ScoreResult> Score(const ScoreRequest& request) override;
   Result<std::vector<std::vector<float>>> Logits(std::span<const int32_t> tokens,
                                                  std::span<const int64_t> positions) override;
 
-  // Runs `request` on `seq`, whose KV holds `history` (updated to what the KV holds after).
-  Result<GenerateResult> RunOn(KvSequence& seq, std::vector<int32_t>& history,
-                               const GenerateRequest& request, const GenerateCallbacks& callbacks);
-  PagePool& pool() { return *pool_; }
+  // Runs `request` on `state` (its history is updated to what its KV holds after).
+  Result<GenerateResult> RunOn(SequenceState& state, const GenerateRequest& request,
+                               const GenerateCallbacks& callbacks);
+  Result<ScoreResult> ScoreOn(SequenceState& state, const ScoreRequest& request);
+  // A fresh sequence under `kv` (the engine's policy when null). Fails if `kv` is invalid or
+  // asks for a page size or dtype other than the pool's.
+  Result<std::unique_ptr<SequenceState>> NewState(const KvConfig* kv);
+  // A copy of `state` (pages and history) under policy `kv`.
+  Result<std::unique_ptr<SequenceState>> ForkState(const SequenceState& state, const KvConfig& kv);
 
  private:
   EngineImpl() = default;
   Result<std::vector<int32_t>> PromptTokens(const GenerateRequest& request) const;
-  // Feeds tokens[from:] into `seq` in chunks; returns the logits of the last token.
-  Result<std::vector<float>> Prefill(KvSequence& seq, std::span<const int32_t> tokens,
+  // Drops the KV of `state` past the longest prefix it shares with `tokens`, keeping at least
+  // one token of `tokens` to run. Returns the number of reused tokens.
+  size_t ReusePrefix(SequenceState& state, std::span<const int32_t> tokens);
+  // Feeds `tokens` into `state` in chunks (appending to its history); returns the logits of
+  // the last token. On failure the state is as before.
+  Result<std::vector<float>> Prefill(SequenceState& state, std::span<const int32_t> tokens,
                                      const GenerateCallbacks& callbacks);
+  // One decode step: feeds `token`, returns the next logits.
+  Result<Tensor> DecodeStep(SequenceState& state, int32_t token);
 
   EngineOptions options_;
   std::unique_ptr<LoadedModel> model_;

@@ -29,9 +29,10 @@ Result<Sampler> Sampler::Create(const SamplingParams& params) {
 int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> history) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   if (p_.repetition_penalty != 1.0f && !history.empty()) {
-    const size_t from = p_.repetition_window == 0 || history.size() <= static_cast<size_t>(p_.repetition_window)
-                            ? 0
-                            : history.size() - p_.repetition_window;
+    const size_t from =
+        p_.repetition_window == 0 || history.size() <= static_cast<size_t>(p_.repetition_window)
+            ? 0
+            : history.size() - p_.repetition_window;
     std::unordered_set<int32_t> seen(history.begin() + from, history.end());
     for (int32_t id : seen) {
       if (id < 0 || id >= vocab) continue;

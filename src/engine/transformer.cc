@@ -48,11 +48,20 @@ Status Transformer::PrepareWeights(const ModelWeights& host) {
   for (size_t i = 0; i < host.layers.size(); ++i) {
     const LayerWeights& h = host.layers[i];
     LayerWeights& d = w_.layers[i];
-    for (auto [src, dst] : {std::pair{&h.attn_norm, &d.attn_norm}, {&h.wq, &d.wq},
-                            {&h.wk, &d.wk}, {&h.wv, &d.wv}, {&h.wo, &d.wo}, {&h.bq, &d.bq},
-                            {&h.bk, &d.bk}, {&h.bv, &d.bv}, {&h.q_norm, &d.q_norm},
-                            {&h.k_norm, &d.k_norm}, {&h.ffn_norm, &d.ffn_norm},
-                            {&h.w_gate, &d.w_gate}, {&h.w_up, &d.w_up}, {&h.w_down, &d.w_down}}) {
+    for (auto [src, dst] : {std::pair{&h.attn_norm, &d.attn_norm},
+                            {&h.wq, &d.wq},
+                            {&h.wk, &d.wk},
+                            {&h.wv, &d.wv},
+                            {&h.wo, &d.wo},
+                            {&h.bq, &d.bq},
+                            {&h.bk, &d.bk},
+                            {&h.bv, &d.bv},
+                            {&h.q_norm, &d.q_norm},
+                            {&h.k_norm, &d.k_norm},
+                            {&h.ffn_norm, &d.ffn_norm},
+                            {&h.w_gate, &d.w_gate},
+                            {&h.w_up, &d.w_up},
+                            {&h.w_down, &d.w_down}}) {
       ICECACHE_RETURN_IF_ERROR(Prepare(b, *src, dst));
     }
   }
@@ -195,12 +204,13 @@ Result<Tensor> Transformer::Run(const ForwardInput& in, const std::vector<int64_
     ICECACHE_RETURN_IF_ERROR(b.Copy(ids_host_.Slice(0, n), ids_.Slice(0, n)));
     ICECACHE_RETURN_IF_ERROR(b.Copy(pos_host_.Slice(0, n), pos_.Slice(0, n)));
     ICECACHE_RETURN_IF_ERROR(b.Copy(row_base_host_.Slice(0, n), row_base_.Slice(0, n)));
-    if (n_rows > 0) ICECACHE_RETURN_IF_ERROR(b.Copy(rows_host_.Slice(0, n_rows), rows_.Slice(0, n_rows)));
+    if (n_rows > 0)
+      ICECACHE_RETURN_IF_ERROR(b.Copy(rows_host_.Slice(0, n_rows), rows_.Slice(0, n_rows)));
   }
 
-  const Tensor x = x_.Slice(0, n), xn = xn_.Slice(0, n), q = q_.Slice(0, n),
-               k = k_.Slice(0, n), v = v_.Slice(0, n), attn = attn_.Slice(0, n),
-               gate = gate_.Slice(0, n), up = up_.Slice(0, n);
+  const Tensor x = x_.Slice(0, n), xn = xn_.Slice(0, n), q = q_.Slice(0, n), k = k_.Slice(0, n),
+               v = v_.Slice(0, n), attn = attn_.Slice(0, n), gate = gate_.Slice(0, n),
+               up = up_.Slice(0, n);
   const Tensor ids_t = ids_.Slice(0, n), pos_t = pos_.Slice(0, n);
   const Tensor slots_t = slots_.Slice(0, n);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));

@@ -37,8 +37,8 @@ class Transformer {
   // Prepares `weights` on `backend` and allocates workspace for up to `max_tokens` tokens per
   // Forward call. The weights' storage must outlive the Transformer.
   static Result<std::unique_ptr<Transformer>> Create(const ModelConfig& config,
-                                                     const ModelWeights& weights,
-                                                     Backend* backend, int max_tokens);
+                                                     const ModelWeights& weights, Backend* backend,
+                                                     int max_tokens);
 
   // Appends each sequence's tokens (at its next positions) and runs the model. On success the
   // returned host f32 tensor [rows, vocab] holds the requested logits; it stays valid until the

@@ -51,7 +51,8 @@ void KvSequence::Truncate(int64_t n) {
       pool_->Free(list.back().id);
       list.pop_back();
     }
-    if (!list.empty()) list.back().len = static_cast<int32_t>(n - static_cast<int64_t>(keep - 1) * p);
+    if (!list.empty())
+      list.back().len = static_cast<int32_t>(n - static_cast<int64_t>(keep - 1) * p);
   }
   length_ = n;
 }
@@ -67,6 +68,42 @@ void KvSequence::Slots(int layer, int64_t first, int64_t n, int32_t* slots) cons
       slots[t * heads + h] = list[pos / p].id * p + static_cast<int32_t>(pos % p);
     }
   }
+}
+
+Status KvSequence::CopyFrom(const KvSequence& other, Backend& backend) {
+  ICECACHE_CHECK(length_ == 0 && num_pages() == 0 && pool_ == other.pool_);
+  std::vector<int32_t> src, dst;
+  for (const auto& list : other.pages_) {
+    for (const PageRef& p : list) {
+      auto id = pool_->Allocate();
+      if (!id.ok()) {
+        for (int32_t f : dst) pool_->Free(f);
+        return id.status();
+      }
+      src.push_back(p.id);
+      dst.push_back(*id);
+    }
+  }
+  if (!src.empty()) {
+    const int64_t n = static_cast<int64_t>(src.size());
+    Tensor src_ids(src.data(), DType::kI32, {n}), dst_ids(dst.data(), DType::kI32, {n});
+    if (backend.device() != Device::kCpu) {
+      ICECACHE_ASSIGN_OR_RETURN(Tensor s_dev, backend.Allocate(DType::kI32, {n}));
+      ICECACHE_ASSIGN_OR_RETURN(Tensor d_dev, backend.Allocate(DType::kI32, {n}));
+      ICECACHE_RETURN_IF_ERROR(backend.Copy(src_ids, s_dev));
+      ICECACHE_RETURN_IF_ERROR(backend.Copy(dst_ids, d_dev));
+      backend.CopyPages(pool_->view(), pool_->view(), s_dev, d_dev);
+      backend.Synchronize();
+    } else {
+      backend.CopyPages(pool_->view(), pool_->view(), src_ids, dst_ids);
+    }
+  }
+  size_t next = 0;
+  for (size_t i = 0; i < pages_.size(); ++i) {
+    for (const PageRef& p : other.pages_[i]) pages_[i].push_back({dst[next++], p.len});
+  }
+  length_ = other.length_;
+  return Status::Ok();
 }
 
 int64_t KvSequence::num_pages() const {

@@ -45,6 +45,10 @@ class KvSequence {
   // Pages held across all layers and heads.
   int64_t num_pages() const;
 
+  // Makes this (empty) sequence a copy of `other` (same pool): fresh pages with the same
+  // contents, lengths and order. On failure (pool exhausted) this stays empty.
+  Status CopyFrom(const KvSequence& other, Backend& backend);
+
  private:
   PagePool* pool_;
   int64_t length_ = 0;

@@ -19,8 +19,8 @@ namespace icecache {
 
 // The page pool as seen by kernels. Pointers are in the backend's memory space.
 struct KvPoolView {
-  void* k = nullptr;            // [num_pages][page_size][head_dim] of `dtype`
-  void* v = nullptr;            // [num_pages][page_size][head_dim] of `dtype`
+  void* k = nullptr;             // [num_pages][page_size][head_dim] of `dtype`
+  void* v = nullptr;             // [num_pages][page_size][head_dim] of `dtype`
   int32_t* positions = nullptr;  // [num_pages][page_size]
   DType dtype = DType::kF32;
   int64_t num_pages = 0;

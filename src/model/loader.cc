@@ -59,8 +59,8 @@ Status CheckTensor(const Tensor& t, const std::string& what, std::initializer_li
 }  // namespace
 
 Status ValidateWeights(const ModelConfig& c, const ModelWeights& w) {
-  if (c.n_layers <= 0 || c.hidden <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 ||
-      c.head_dim <= 0 || c.ffn <= 0 || c.vocab <= 0) {
+  if (c.n_layers <= 0 || c.hidden <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 ||
+      c.ffn <= 0 || c.vocab <= 0) {
     return Corrupt("model dimensions must be positive");
   }
   if (c.n_heads % c.n_kv_heads != 0) {
@@ -97,8 +97,8 @@ Status ValidateWeights(const ModelConfig& c, const ModelWeights& w) {
     ICECACHE_RETURN_IF_ERROR(CheckTensor(l.w_up, p + "ffn up", {f, h}, true));
     ICECACHE_RETURN_IF_ERROR(CheckTensor(l.w_down, p + "ffn down", {h, f}, true));
     if (!bias && (!l.bq.empty() || !l.bk.empty() || !l.bv.empty())) {
-      return Unsupported(p + "has q/k/v biases, which architecture " +
-                         std::string(c.arch->name) + " does not use");
+      return Unsupported(p + "has q/k/v biases, which architecture " + std::string(c.arch->name) +
+                         " does not use");
     }
   }
   // Norm weights are read as f32 by every backend.

@@ -86,7 +86,8 @@ Result<ModelConfig> ParseHfConfig(const Json& j, const std::string& file) {
       RopeScaling& s = c.rope_scaling;
       s.type = RopeScaling::Type::kLlama3;
       ICECACHE_RETURN_IF_ERROR(GetNumber(scaling, file, "factor", &s.factor, true));
-      ICECACHE_RETURN_IF_ERROR(GetNumber(scaling, file, "low_freq_factor", &s.low_freq_factor, true));
+      ICECACHE_RETURN_IF_ERROR(
+          GetNumber(scaling, file, "low_freq_factor", &s.low_freq_factor, true));
       ICECACHE_RETURN_IF_ERROR(
           GetNumber(scaling, file, "high_freq_factor", &s.high_freq_factor, true));
       ICECACHE_RETURN_IF_ERROR(GetNumber(scaling, file, "original_max_position_embeddings",

@@ -31,7 +31,7 @@ struct ModelConfig {
   int head_dim = 0;
   int ffn = 0;
   int vocab = 0;
-  int max_context = 0;    // trained context length
+  int max_context = 0;     // trained context length
   int sliding_window = 0;  // 0: none (full attention in every layer)
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling;

@@ -14,8 +14,8 @@ namespace icecache {
 struct LayerWeights {
   Tensor attn_norm;
   Tensor wq, wk, wv, wo;
-  Tensor bq, bk, bv;       // qwen2
-  Tensor q_norm, k_norm;   // qwen3: per-head RMSNorm over head_dim
+  Tensor bq, bk, bv;      // qwen2
+  Tensor q_norm, k_norm;  // qwen3: per-head RMSNorm over head_dim
   Tensor ffn_norm;
   Tensor w_gate, w_up, w_down;
 };

@@ -80,9 +80,8 @@ void CheckAgainstFixture(Engine& engine, const Json& fx, const CompareOptions& o
         if (ref[v] > ref[arg_ref]) arg_ref = v;
         if (got[v] > got[arg_got]) arg_got = v;
       }
-      EXPECT_LE(max_diff, tol * max_ref)
-          << "position " << positions[i] << ": max |diff| " << max_diff << ", max |logit| "
-          << max_ref;
+      EXPECT_LE(max_diff, tol * max_ref) << "position " << positions[i] << ": max |diff| "
+                                         << max_diff << ", max |logit| " << max_ref;
       EXPECT_EQ(arg_got, arg_ref) << "position " << positions[i];
     }
     if (opt.check_greedy) {
@@ -109,7 +108,9 @@ TEST(ReferenceTest, SmolLM2MatchesTransformers) {
 TEST(ReferenceTest, SmolLM2PrefillChunkSizeDoesNotMatter) {
   const std::string model = testing::DefaultModelPath();
   if (model.empty()) GTEST_SKIP() << "default model not downloaded (scripts/fetch_model.sh)";
-  auto engine = Engine::Create({.model = model, .prefill_chunk = 97, .kv_page_size = 5});
+  EngineOptions options{.model = model, .prefill_chunk = 97};
+  options.kv.page_size = 5;
+  auto engine = Engine::Create(options);
   ASSERT_TRUE(engine.ok()) << engine.status().message();
   CheckAgainstFixture(**engine, ReadJson(testing::DataPath("reference/smollm2.json")),
                       {.check_tokenization = false, .check_greedy = false});
@@ -147,8 +148,7 @@ TEST_P(TinyReferenceTest, GgufF32MatchesTransformers) {
   const testing::TinyModelSpec spec = Spec();
   const std::string path = testing::MakeTempDir(spec.name) + "/model.gguf";
   ASSERT_TRUE(
-      testing::WriteTinyGgufModel(spec, path, testing::TinyTokenizerPath(spec), DType::kF32)
-          .ok());
+      testing::WriteTinyGgufModel(spec, path, testing::TinyTokenizerPath(spec), DType::kF32).ok());
   auto engine = Engine::Create({.model = path});
   ASSERT_TRUE(engine.ok()) << engine.status().message();
   CheckAgainstFixture(**engine, Fixture(), {});

@@ -114,6 +114,10 @@ void CpuBackend::DoSwiGlu(const Tensor& gate, const Tensor& up, const Tensor& ou
 }
 void CpuBackend::DoWriteKv(const KvWriteArgs& args) { WriteKvCpu(context(), args); }
 void CpuBackend::DoAttention(const AttentionArgs& args) { AttentionCpu(context(), args); }
+void CpuBackend::DoCopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
+                             const Tensor& dst_ids) {
+  CopyPagesCpu(context(), src, dst, src_ids, dst_ids);
+}
 
 }  // namespace cpu
 

@@ -68,6 +68,8 @@ void RopeCpu(const CpuContext& ctx, const Tensor& positions, const Tensor& inv_f
 void SwiGluCpu(const CpuContext& ctx, const Tensor& gate, const Tensor& up, const Tensor& out);
 void WriteKvCpu(const CpuContext& ctx, const KvWriteArgs& args);
 void AttentionCpu(const CpuContext& ctx, const AttentionArgs& args);
+void CopyPagesCpu(const CpuContext& ctx, const KvPoolView& src, const KvPoolView& dst,
+                  const Tensor& src_ids, const Tensor& dst_ids);
 
 class CpuBackend final : public Backend {
  public:
@@ -88,6 +90,8 @@ class CpuBackend final : public Backend {
   void DoSwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void DoWriteKv(const KvWriteArgs& args) override;
   void DoAttention(const AttentionArgs& args) override;
+  void DoCopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
+                   const Tensor& dst_ids) override;
 
  private:
   CpuContext context() { return {&pool_, &workspace_}; }

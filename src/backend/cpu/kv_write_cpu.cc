@@ -49,3 +49,30 @@ void WriteKvCpu(const CpuContext& ctx, const KvWriteArgs& args) {
 }
 
 }  // namespace icecache::cpu
+
+namespace icecache::cpu {
+
+void CopyPagesCpu(const CpuContext& ctx, const KvPoolView& src, const KvPoolView& dst,
+                  const Tensor& src_ids, const Tensor& dst_ids) {
+  const int64_t n = src_ids.numel();
+  const int32_t* from = src_ids.data_as<const int32_t>();
+  const int32_t* to = dst_ids.data_as<const int32_t>();
+  const int64_t rows = src.page_size;
+  const int64_t row_bytes = RowBytes(src.dtype, src.head_dim);
+  const int64_t page_bytes = rows * row_bytes;
+  for (int64_t i = 0; i < n; ++i) {
+    ICECACHE_CHECK(from[i] >= 0 && from[i] < src.num_pages && to[i] >= 0 && to[i] < dst.num_pages);
+  }
+  ctx.pool->ParallelFor(n, 8, [&](int, int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t s = from[i], d = to[i];
+      std::memcpy(static_cast<char*>(dst.k) + d * page_bytes,
+                  static_cast<const char*>(src.k) + s * page_bytes, page_bytes);
+      std::memcpy(static_cast<char*>(dst.v) + d * page_bytes,
+                  static_cast<const char*>(src.v) + s * page_bytes, page_bytes);
+      std::memcpy(dst.positions + d * rows, src.positions + s * rows, rows * sizeof(int32_t));
+    }
+  });
+}
+
+}  // namespace icecache::cpu

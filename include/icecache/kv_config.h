@@ -1,0 +1,39 @@
+// How the KV cache of a sequence is kept and which of it each decode step attends to.
+#pragma once
+
+#include <string>
+
+#include "icecache/status.h"
+
+namespace icecache {
+
+struct KvConfig {
+  // Selection policy: "full" (every page), "streaming" (sink + window), "quest", "oracle",
+  // "icecache", "lychee".
+  std::string policy = "full";
+  // Tokens attended per (layer, KV head) per decode step, sink and window included. Ignored by
+  // "full". Layers kept dense (dense_layers) attend everything and are reported separately.
+  int budget = 256;
+  int page_size = 16;    // tokens per KV page
+  int sink = -1;         // first tokens always attended; -1: one page
+  int window = -1;       // most recent tokens always attended; -1: a quarter of the budget
+  int dense_layers = 0;  // the first N layers attend densely
+  // icecache: prune by centroid/radius bounds so the result equals exhaustive scoring by bound.
+  bool exact = false;
+  // icecache: consecutive layers that share one tree and one selection (1: no sharing).
+  int reuse_layers = 1;
+  // oracle: "page" (best pages by exact max q.k) or "token" (best tokens).
+  std::string oracle_unit = "page";
+  // Element type of stored K/V: "f32" (exact) or "f16".
+  std::string dtype = "f32";
+
+  // Sink and window after resolving the -1 defaults (tokens).
+  int ResolvedSink() const;
+  int ResolvedWindow() const;
+  // Checks names and ranges; the message names the offending option (--kv-...).
+  Status Validate() const;
+  // "icecache budget 256 (sink 16, window 64, page 16)" or "full".
+  std::string Describe() const;
+};
+
+}  // namespace icecache

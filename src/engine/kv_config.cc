@@ -1,0 +1,71 @@
+#include "icecache/kv_config.h"
+
+#include <algorithm>
+#include <array>
+#include <string_view>
+
+namespace icecache {
+
+namespace {
+constexpr std::array<std::string_view, 6> kPolicies = {"full",   "streaming", "quest",
+                                                       "oracle", "icecache",  "lychee"};
+}  // namespace
+
+int KvConfig::ResolvedSink() const { return sink >= 0 ? sink : page_size; }
+
+int KvConfig::ResolvedWindow() const {
+  if (window >= 0) return window;
+  if (policy == "streaming") return std::max(0, budget - ResolvedSink());
+  // A quarter of the budget, whole pages, at least one page.
+  return std::max(page_size, budget / 4 / page_size * page_size);
+}
+
+Status KvConfig::Validate() const {
+  if (std::find(kPolicies.begin(), kPolicies.end(), policy) == kPolicies.end()) {
+    return InvalidArgument("--kv-policy: unknown policy '" + policy +
+                           "' (expected full, streaming, quest, oracle, icecache or lychee)");
+  }
+  if (page_size < 1 || page_size > 4096) return InvalidArgument("--kv-page must be in [1, 4096]");
+  if (dense_layers < 0) return InvalidArgument("--kv-dense-layers must be >= 0");
+  if (dtype != "f32" && dtype != "f16") {
+    return InvalidArgument("--kv-dtype must be f32 or f16, not '" + dtype + "'");
+  }
+  if (policy == "full") return Status::Ok();
+  if (budget < 1) return InvalidArgument("--kv-budget must be positive");
+  if (sink < -1 || window < -1) return InvalidArgument("--kv-sink and --kv-window must be >= 0");
+  const int s = ResolvedSink(), w = ResolvedWindow();
+  if (policy == "streaming") {
+    if (s + w > budget) {
+      return InvalidArgument("--kv-sink + --kv-window (" + std::to_string(s + w) +
+                             ") exceed --kv-budget (" + std::to_string(budget) + ")");
+    }
+    return Status::Ok();
+  }
+  if (s + w + page_size > budget) {
+    return InvalidArgument("--kv-budget " + std::to_string(budget) +
+                           " leaves no room for a selected page after sink " + std::to_string(s) +
+                           " and window " + std::to_string(w) + " (page " +
+                           std::to_string(page_size) + ")");
+  }
+  if (reuse_layers < 1) return InvalidArgument("--kv-reuse-layers must be >= 1");
+  if (oracle_unit != "page" && oracle_unit != "token") {
+    return InvalidArgument("--kv-oracle-unit must be page or token");
+  }
+  return Status::Ok();
+}
+
+std::string KvConfig::Describe() const {
+  if (policy == "full") return "full (page " + std::to_string(page_size) + ", " + dtype + ")";
+  std::string d = policy + " budget " + std::to_string(budget) + " (sink " +
+                  std::to_string(ResolvedSink()) + ", window " + std::to_string(ResolvedWindow()) +
+                  ", page " + std::to_string(page_size);
+  if (dense_layers > 0) d += ", " + std::to_string(dense_layers) + " dense layers";
+  if (policy == "icecache" && exact) d += ", exact";
+  if (policy == "icecache" && reuse_layers > 1) {
+    d += ", layers share selections in groups of " + std::to_string(reuse_layers);
+  }
+  if (policy == "oracle") d += ", per " + oracle_unit;
+  return d + ", " + dtype + ")";
+}
+
+}  // namespace icecache
