@@ -59,6 +59,22 @@ class Backend {
   }
   // Copies `src` into `dst` (same dtype and element count); either side may be host or device.
   virtual Status Copy(const Tensor& src, const Tensor& dst) = 0;
+  // Copies `count` blocks of `block_bytes`: block i from src + i * src_pitch to
+  // dst + i * dst_pitch (byte pointers; host or backend memory on either side, as Copy). One
+  // strided transfer for per-layer regions of step inputs.
+  virtual Status CopyBlocks(const void* src, void* dst, int64_t count, int64_t block_bytes,
+                            int64_t src_pitch, int64_t dst_pitch) = 0;
+  // Host memory the backend copies from fastest (pinned on CUDA); zero-filled.
+  virtual Result<Tensor> AllocateStaging(DType dtype, std::span<const int64_t> shape) {
+    return Tensor::Host(dtype, shape);
+  }
+  Result<Tensor> AllocateStaging(DType dtype, std::initializer_list<int64_t> shape) {
+    return AllocateStaging(dtype, std::span<const int64_t>(shape.begin(), shape.size()));
+  }
+  // Element type of activations (f32 on the CPU; bf16 on GPUs).
+  virtual DType activation_dtype() const { return DType::kF32; }
+  // Element type of stored K/V when the KV config says "auto".
+  virtual DType default_kv_dtype() const { return DType::kF32; }
   // Turns a host weight of any file dtype into the form MatMul/Embed read on this backend (the
   // CPU backend keeps supported quantized formats as they are, borrowing the storage).
   virtual Result<Tensor> PrepareWeight(const Tensor& host_weight) = 0;

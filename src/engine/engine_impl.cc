@@ -43,13 +43,13 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
         "), which is not implemented; use --ctx-size <= " + std::to_string(c.sliding_window));
   }
   const int chunk = std::min(options.prefill_chunk, ctx);
-  ICECACHE_ASSIGN_OR_RETURN(e->transformer_,
-                            Transformer::Create(c, e->model_->weights, e->backend_.get(), chunk));
   KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, options.kv.page_size,
                   options.kv.dtype == "f16" ? DType::kF16 : DType::kF32};
-  ICECACHE_ASSIGN_OR_RETURN(
-      e->pool_,
-      PagePool::Create(*e->backend_, layout, layout.PagesForTokens(ctx) * options.max_sequences));
+  const int64_t capacity = layout.PagesForTokens(ctx) * options.max_sequences;
+  ICECACHE_ASSIGN_OR_RETURN(e->pool_, PagePool::Create(*e->backend_, layout, capacity));
+  ICECACHE_ASSIGN_OR_RETURN(e->transformer_,
+                            Transformer::Create(c, e->model_->weights, e->backend_.get(), chunk,
+                                                options.max_sequences, capacity));
 
   ModelInfo& i = e->info_;
   i.name = c.name;

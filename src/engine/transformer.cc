@@ -24,14 +24,18 @@ Status Prepare(Backend& b, const Tensor& host, Tensor* out) {
 
 Result<std::unique_ptr<Transformer>> Transformer::Create(const ModelConfig& config,
                                                          const ModelWeights& weights,
-                                                         Backend* backend, int max_tokens) {
-  if (max_tokens <= 0) return InvalidArgument("max tokens per forward must be positive");
+                                                         Backend* backend, int max_tokens,
+                                                         int max_seqs, int64_t pool_capacity) {
+  if (max_tokens <= 0 || max_seqs <= 0) {
+    return InvalidArgument("max tokens and sequences per forward must be positive");
+  }
   std::unique_ptr<Transformer> t(new Transformer());
   t->config_ = config;
   t->backend_ = backend;
   t->max_tokens_ = max_tokens;
+  t->max_seqs_ = max_seqs;
   ICECACHE_RETURN_IF_ERROR(t->PrepareWeights(weights));
-  ICECACHE_RETURN_IF_ERROR(t->AllocateWorkspace());
+  ICECACHE_RETURN_IF_ERROR(t->AllocateWorkspace(max_seqs, pool_capacity));
   return t;
 }
 
@@ -68,11 +72,11 @@ Status Transformer::PrepareWeights(const ModelWeights& host) {
   return Status::Ok();
 }
 
-Status Transformer::AllocateWorkspace() {
+Status Transformer::AllocateWorkspace(int max_seqs, int64_t pool_capacity) {
   Backend& b = *backend_;
   const ModelConfig& c = config_;
   const int64_t n = max_tokens_;
-  const DType act = b.device() == Device::kCpu ? DType::kF32 : DType::kBF16;
+  const DType act = b.activation_dtype();
   ICECACHE_ASSIGN_OR_RETURN(x_, b.Allocate(act, {n, c.hidden}));
   ICECACHE_ASSIGN_OR_RETURN(xn_, b.Allocate(act, {n, c.hidden}));
   ICECACHE_ASSIGN_OR_RETURN(q_, b.Allocate(act, {n, c.n_heads, c.head_dim}));
@@ -90,48 +94,23 @@ Status Transformer::AllocateWorkspace() {
   Tensor inv_host(inv_freq.data(), DType::kF32, {c.head_dim / 2});
   ICECACHE_RETURN_IF_ERROR(b.Copy(inv_host, inv_freq_));
 
-  ICECACHE_ASSIGN_OR_RETURN(ids_host_, Tensor::Host(DType::kI32, {n}));
-  ICECACHE_ASSIGN_OR_RETURN(pos_host_, Tensor::Host(DType::kI32, {n}));
-  ICECACHE_ASSIGN_OR_RETURN(row_base_host_, Tensor::Host(DType::kI32, {n}));
-  ICECACHE_ASSIGN_OR_RETURN(slots_host_, Tensor::Host(DType::kI32, {n, c.n_kv_heads}));
-  ICECACHE_ASSIGN_OR_RETURN(rows_host_, Tensor::Host(DType::kI32, {n}));
+  const int64_t inputs = 4 * n + static_cast<int64_t>(c.n_layers) * n * c.n_kv_heads;
+  ICECACHE_ASSIGN_OR_RETURN(inputs_host_, b.AllocateStaging(DType::kI32, {inputs}));
   if (b.device() == Device::kCpu) {
-    ids_ = ids_host_;
-    pos_ = pos_host_;
-    row_base_ = row_base_host_;
-    slots_ = slots_host_;
-    rows_ = rows_host_;
+    inputs_ = inputs_host_;
     logits_host_ = logits_;
   } else {
-    ICECACHE_ASSIGN_OR_RETURN(ids_, b.Allocate(DType::kI32, {n}));
-    ICECACHE_ASSIGN_OR_RETURN(pos_, b.Allocate(DType::kI32, {n}));
-    ICECACHE_ASSIGN_OR_RETURN(row_base_, b.Allocate(DType::kI32, {n}));
-    ICECACHE_ASSIGN_OR_RETURN(slots_, b.Allocate(DType::kI32, {n, c.n_kv_heads}));
-    ICECACHE_ASSIGN_OR_RETURN(rows_, b.Allocate(DType::kI32, {n}));
-    ICECACHE_ASSIGN_OR_RETURN(logits_host_, Tensor::Host(DType::kF32, {n, c.vocab}));
+    ICECACHE_ASSIGN_OR_RETURN(inputs_, b.Allocate(DType::kI32, {inputs}));
+    ICECACHE_ASSIGN_OR_RETURN(logits_host_, b.AllocateStaging(DType::kF32, {n, c.vocab}));
   }
+  // A layer lists at most the pool's pages of that layer (every page belongs to one layer).
+  const int64_t rows = static_cast<int64_t>(max_seqs) * c.n_kv_heads;
+  const int64_t entries = pool_capacity / c.n_layers + rows;
+  ICECACHE_ASSIGN_OR_RETURN(dense_, DenseAttention::Create(&b, c, rows, entries));
   return Status::Ok();
 }
 
-void Transformer::BuildPageTable(int layer, std::span<KvSequence* const> seqs) {
-  const int heads = config_.n_kv_heads;
-  indptr_.clear();
-  indices_.clear();
-  lens_.clear();
-  indptr_.push_back(0);
-  for (KvSequence* s : seqs) {
-    for (int h = 0; h < heads; ++h) {
-      for (const PageRef& p : s->pages(layer, h)) {
-        indices_.push_back(p.id);
-        lens_.push_back(p.len);
-      }
-      indptr_.push_back(static_cast<int32_t>(indices_.size()));
-    }
-  }
-}
-
-Result<Tensor> Transformer::Forward(const ForwardInput& in) {
-  const ModelConfig& c = config_;
+Status Transformer::CheckInput(const ForwardInput& in) const {
   const int64_t n = static_cast<int64_t>(in.tokens.size());
   if (in.seqs.size() != in.counts.size()) return InvalidArgument("one count per sequence needed");
   if (n == 0) return InvalidArgument("empty batch");
@@ -139,8 +118,15 @@ Result<Tensor> Transformer::Forward(const ForwardInput& in) {
     return InvalidArgument("batch of " + std::to_string(n) + " tokens exceeds the limit of " +
                            std::to_string(max_tokens_));
   }
+  if (static_cast<int>(in.seqs.size()) > max_seqs_) {
+    return InvalidArgument("batch of " + std::to_string(in.seqs.size()) +
+                           " sequences exceeds the limit of " + std::to_string(max_seqs_));
+  }
   int64_t total = 0;
-  for (int32_t k : in.counts) total += k;
+  for (int32_t k : in.counts) {
+    if (k <= 0) return InvalidArgument("every sequence in a batch needs at least one token");
+    total += k;
+  }
   if (total != n) return InvalidArgument("token counts do not sum to the batch size");
   for (size_t i = 0; i < in.rows.size(); ++i) {
     if (in.rows[i] < 0 || in.rows[i] >= n || (i > 0 && in.rows[i] <= in.rows[i - 1])) {
@@ -148,12 +134,21 @@ Result<Tensor> Transformer::Forward(const ForwardInput& in) {
     }
   }
   for (int32_t id : in.tokens) {
-    if (id < 0 || id >= c.vocab) {
+    if (id < 0 || id >= config_.vocab) {
       return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary (" +
-                             std::to_string(c.vocab) + ")");
+                             std::to_string(config_.vocab) + ")");
     }
   }
+  for (KvSequence* s : in.seqs) {
+    if (&s->pool() != &in.seqs.front()->pool()) {
+      return InvalidArgument("all sequences of a batch must share one KV pool");
+    }
+  }
+  return Status::Ok();
+}
 
+Result<Tensor> Transformer::Forward(const ForwardInput& in) {
+  ICECACHE_RETURN_IF_ERROR(CheckInput(in));
   // Grow every sequence's KV; undo on failure so the call changes nothing.
   std::vector<int64_t> start(in.seqs.size());
   for (size_t s = 0; s < in.seqs.size(); ++s) {
@@ -164,56 +159,93 @@ Result<Tensor> Transformer::Forward(const ForwardInput& in) {
       return st;
     }
   }
-
-  auto result = Run(in, start);
-  if (!result.ok()) {
+  auto undo = [&](Status st) -> Result<Tensor> {
     for (size_t s = 0; s < in.seqs.size(); ++s) in.seqs[s]->Truncate(start[s]);
+    return st;
+  };
+  const int64_t n = static_cast<int64_t>(in.tokens.size());
+  auto n_rows = StageInputs(in, start);
+  if (!n_rows.ok()) return undo(n_rows.status());
+
+  LayerAttention& attention = in.attention != nullptr ? *in.attention : *dense_;
+  StepContext step{in.seqs, in.counts, start, n, Tensor(), Tensor()};
+  // Views into the fixed [4][max_tokens] layout (see StageInputs).
+  step.positions = Tensor(inputs_.data_as<int32_t>() + max_tokens_, DType::kI32, {n},
+                          backend_->device());
+  step.row_base = Tensor(inputs_.data_as<int32_t>() + 2 * max_tokens_, DType::kI32, {n},
+                         backend_->device());
+  if (Status st = attention.Prepare(step); !st.ok()) return undo(st);
+  if (Status st = RunLayers(in, n, *n_rows, attention); !st.ok()) return undo(st);
+  if (*n_rows == 0) return Tensor();
+  const Tensor logits = logits_.Slice(0, *n_rows);
+  if (backend_->device() != Device::kCpu) {
+    const Tensor host = logits_host_.Slice(0, *n_rows);
+    if (Status st = backend_->Copy(logits, host); !st.ok()) return undo(st);
+    backend_->Synchronize();
+    return host;
   }
-  return result;
+  return logits;
 }
 
-Result<Tensor> Transformer::Run(const ForwardInput& in, const std::vector<int64_t>& start) {
+Result<int64_t> Transformer::StageInputs(const ForwardInput& in, std::span<const int64_t> start) {
   const ModelConfig& c = config_;
-  Backend& b = *backend_;
   const int64_t n = static_cast<int64_t>(in.tokens.size());
-  // Inputs: ids, positions, page-table row bases, logit rows.
-  auto* ids = ids_host_.data_as<int32_t>();
-  auto* pos = pos_host_.data_as<int32_t>();
-  auto* row_base = row_base_host_.data_as<int32_t>();
-  auto* rows = rows_host_.data_as<int32_t>();
+  const int64_t m = max_tokens_;
+  int32_t* base = inputs_host_.data_as<int32_t>();
+  int32_t* ids = base;
+  int32_t* pos = base + m;
+  int32_t* row_base = base + 2 * m;
+  int32_t* rows = base + 3 * m;
+  int32_t* slots = base + 4 * m;  // [layer][max_tokens][n_kv_heads]
   int64_t n_rows = 0;
   if (in.logits == LogitsMode::kRows) {
     for (int32_t r : in.rows) rows[n_rows++] = r;
   }
-  {
-    int64_t t = 0;
-    for (size_t s = 0; s < in.seqs.size(); ++s) {
-      for (int32_t i = 0; i < in.counts[s]; ++i, ++t) {
-        ids[t] = in.tokens[t];
-        pos[t] = static_cast<int32_t>(start[s] + i);
-        row_base[t] = static_cast<int32_t>(s) * c.n_kv_heads;
-        if (in.logits == LogitsMode::kAll ||
-            (in.logits == LogitsMode::kLast && i == in.counts[s] - 1)) {
-          rows[n_rows++] = static_cast<int32_t>(t);
-        }
+  int64_t t = 0;
+  for (size_t s = 0; s < in.seqs.size(); ++s) {
+    for (int32_t i = 0; i < in.counts[s]; ++i, ++t) {
+      ids[t] = in.tokens[t];
+      pos[t] = static_cast<int32_t>(start[s] + i);
+      row_base[t] = static_cast<int32_t>(s) * c.n_kv_heads;
+      if (in.logits == LogitsMode::kAll ||
+          (in.logits == LogitsMode::kLast && i == in.counts[s] - 1)) {
+        rows[n_rows++] = static_cast<int32_t>(t);
       }
     }
   }
-  const bool upload = b.device() != Device::kCpu;
-  if (upload) {
-    ICECACHE_RETURN_IF_ERROR(b.Copy(ids_host_.Slice(0, n), ids_.Slice(0, n)));
-    ICECACHE_RETURN_IF_ERROR(b.Copy(pos_host_.Slice(0, n), pos_.Slice(0, n)));
-    ICECACHE_RETURN_IF_ERROR(b.Copy(row_base_host_.Slice(0, n), row_base_.Slice(0, n)));
-    if (n_rows > 0)
-      ICECACHE_RETURN_IF_ERROR(b.Copy(rows_host_.Slice(0, n_rows), rows_.Slice(0, n_rows)));
+  const int64_t layer_stride = m * c.n_kv_heads;
+  for (int l = 0; l < c.n_layers; ++l) {
+    int64_t first = 0;
+    for (size_t s = 0; s < in.seqs.size(); ++s) {
+      in.seqs[s]->Slots(l, start[s], in.counts[s], slots + l * layer_stride + first * c.n_kv_heads);
+      first += in.counts[s];
+    }
   }
+  if (backend_->device() != Device::kCpu) {
+    const char* src = static_cast<const char*>(inputs_host_.data());
+    char* dst = static_cast<char*>(inputs_.data());
+    ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(src, dst, 4, n * 4, m * 4, m * 4));
+    ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(src + 4 * m * 4, dst + 4 * m * 4, c.n_layers,
+                                                  n * c.n_kv_heads * 4, layer_stride * 4,
+                                                  layer_stride * 4));
+  }
+  return n_rows;
+}
 
+Status Transformer::RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows,
+                              LayerAttention& attention) {
+  const ModelConfig& c = config_;
+  Backend& b = *backend_;
+  const int64_t m = max_tokens_;
+  const Device dev = b.device();
+  int32_t* base = inputs_.data_as<int32_t>();
+  const Tensor ids_t(base, DType::kI32, {n}, dev);
+  const Tensor pos_t(base + m, DType::kI32, {n}, dev);
+  const Tensor rows_t(base + 3 * m, DType::kI32, {n_rows}, dev);
   const Tensor x = x_.Slice(0, n), xn = xn_.Slice(0, n), q = q_.Slice(0, n), k = k_.Slice(0, n),
                v = v_.Slice(0, n), attn = attn_.Slice(0, n), gate = gate_.Slice(0, n),
                up = up_.Slice(0, n);
-  const Tensor ids_t = ids_.Slice(0, n), pos_t = pos_.Slice(0, n);
-  const Tensor slots_t = slots_.Slice(0, n);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const KvPoolView pool = in.seqs.front()->pool().view();
 
   b.Embed(w_.tok_embd, ids_t, x);
   for (int l = 0; l < c.n_layers; ++l) {
@@ -230,35 +262,10 @@ Result<Tensor> Transformer::Run(const ForwardInput& in, const std::vector<int64_
     }
     b.Rope(pos_t, inv_freq_, q);
     b.Rope(pos_t, inv_freq_, k);
-
-    // Append K/V to the pages of this layer.
-    {
-      int64_t t = 0;
-      auto* slots = slots_host_.data_as<int32_t>();
-      for (size_t s = 0; s < in.seqs.size(); ++s) {
-        in.seqs[s]->Slots(l, start[s], in.counts[s], slots + t * c.n_kv_heads);
-        t += in.counts[s];
-      }
-      if (upload) ICECACHE_RETURN_IF_ERROR(b.Copy(slots_host_.Slice(0, n), slots_t));
-    }
-    const KvPoolView pool = in.seqs[0]->pool().view();
-    b.WriteKv(KvWriteArgs{k, v, slots_t, pos_t, pool});
-
-    // Attention over every page of the layer (dense: the full page list).
-    BuildPageTable(l, in.seqs);
-    AttentionArgs aa;
-    aa.q = q;
-    aa.out = attn;
-    aa.positions = pos_t;
-    aa.row_base = row_base_.Slice(0, n);
-    aa.pool = pool;
-    aa.n_heads = c.n_heads;
-    aa.n_kv_heads = c.n_kv_heads;
-    aa.scale = scale;
-    aa.causal = true;
-    ICECACHE_RETURN_IF_ERROR(SetPageTable(&aa.table));
-    b.Attention(aa);
-
+    const Tensor slots(base + 4 * m + static_cast<int64_t>(l) * m * c.n_kv_heads, DType::kI32,
+                       {n, c.n_kv_heads}, dev);
+    b.WriteKv(KvWriteArgs{k, v, slots, pos_t, pool});
+    ICECACHE_RETURN_IF_ERROR(attention.Attend(l, q, attn));
     b.MatMul(attn.Reshape({n, c.q_dim()}), lw.wo, nullptr, xn);
     b.Add(xn, x);
     b.RmsNorm(x, lw.ffn_norm, c.norm_eps, xn);
@@ -268,46 +275,11 @@ Result<Tensor> Transformer::Run(const ForwardInput& in, const std::vector<int64_
     b.MatMul(gate, lw.w_down, nullptr, xn);
     b.Add(xn, x);
   }
-
-  if (n_rows == 0) return Tensor();
+  if (n_rows == 0) return Status::Ok();
   const Tensor sel = logits_in_.Slice(0, n_rows);
-  b.Embed(x, rows_.Slice(0, n_rows), sel);
+  b.Embed(x, rows_t, sel);
   b.RmsNorm(sel, w_.output_norm, c.norm_eps, sel);
-  const Tensor logits = logits_.Slice(0, n_rows);
-  b.MatMul(sel, w_.output, nullptr, logits);
-  if (upload) {
-    const Tensor host = logits_host_.Slice(0, n_rows);
-    ICECACHE_RETURN_IF_ERROR(b.Copy(logits, host));
-    b.Synchronize();
-    return host;
-  }
-  return logits;
-}
-
-Status Transformer::SetPageTable(PageTableView* table) {
-  table->num_rows = static_cast<int32_t>(indptr_.size()) - 1;
-  if (backend_->device() == Device::kCpu) {
-    table->indptr = indptr_.data();
-    table->indices = indices_.data();
-    table->lens = lens_.data();
-    return Status::Ok();
-  }
-  // One device buffer holds [indptr | indices | lens]; grown (rarely) between steps.
-  const int64_t need = static_cast<int64_t>(indptr_.size() + 2 * indices_.size());
-  if (table_dev_.empty() || table_dev_.numel() < need) {
-    ICECACHE_ASSIGN_OR_RETURN(table_dev_, backend_->Allocate(DType::kI32, {need * 2}));
-  }
-  std::vector<int32_t> packed;
-  packed.reserve(need);
-  packed.insert(packed.end(), indptr_.begin(), indptr_.end());
-  packed.insert(packed.end(), indices_.begin(), indices_.end());
-  packed.insert(packed.end(), lens_.begin(), lens_.end());
-  Tensor host(packed.data(), DType::kI32, {need});
-  ICECACHE_RETURN_IF_ERROR(backend_->Copy(host, table_dev_.Slice(0, need)));
-  auto* base = table_dev_.data_as<int32_t>();
-  table->indptr = base;
-  table->indices = base + indptr_.size();
-  table->lens = base + indptr_.size() + indices_.size();
+  b.MatMul(sel, w_.output, nullptr, logits_.Slice(0, n_rows));
   return Status::Ok();
 }
 

@@ -1,8 +1,14 @@
 // The decoder forward pass of Llama-family models on any Backend, over the paged KV store.
 //
 // Per layer: RMSNorm -> Q/K/V projections (+bias) -> (q/k norm) -> RoPE -> append K/V to the
-// sequence's pages -> attention over the page table -> output projection -> residual ->
-// RMSNorm -> SwiGLU MLP -> residual. Then the final norm and the logits of the requested rows.
+// sequences' pages -> attention (a LayerAttention strategy: dense by default) -> output
+// projection -> residual -> RMSNorm -> SwiGLU MLP -> residual. Then the final norm and the
+// logits of the requested rows.
+//
+// A forward pass has three phases: host preparation (grow the sequences, fill one staging
+// buffer with token ids, positions, row bases, logit rows and the K/V slots of every layer, and
+// upload it), the layers (backend ops only, at fixed device addresses: capturable as a graph),
+// and reading the logits.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +17,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/dense_attention.h"
+#include "engine/layer_attention.h"
 #include "kv/kv_sequence.h"
 #include "model/model_config.h"
 #include "model/weights.h"
@@ -25,25 +33,29 @@ enum class LogitsMode {
 };
 
 struct ForwardInput {
-  std::span<KvSequence* const> seqs;  // the batch
+  std::span<KvSequence* const> seqs;  // the batch (all in one pool)
   std::span<const int32_t> tokens;    // every new token, grouped by sequence in `seqs` order
   std::span<const int32_t> counts;    // new tokens per sequence (sums to tokens.size())
   LogitsMode logits = LogitsMode::kLast;
   std::span<const int32_t> rows;  // kRows: indices into `tokens`, ascending
+  // Attention strategy for this pass; null: dense attention over every page.
+  LayerAttention* attention = nullptr;
 };
 
 class Transformer {
  public:
   // Prepares `weights` on `backend` and allocates workspace for up to `max_tokens` tokens per
-  // Forward call. The weights' storage must outlive the Transformer.
+  // Forward call and up to `max_seqs` sequences whose pages come from a pool of
+  // `pool_capacity` pages. The weights' storage must outlive the Transformer.
   static Result<std::unique_ptr<Transformer>> Create(const ModelConfig& config,
-                                                     const ModelWeights& weights, Backend* backend,
-                                                     int max_tokens);
+                                                     const ModelWeights& weights,
+                                                     Backend* backend, int max_tokens,
+                                                     int max_seqs, int64_t pool_capacity);
 
   // Appends each sequence's tokens (at its next positions) and runs the model. On success the
   // returned host f32 tensor [rows, vocab] holds the requested logits; it stays valid until the
   // next call. Fails (changing nothing) if a token id is out of range, the batch is larger than
-  // max_tokens(), or the KV pool is full.
+  // the limits, or the KV pool is full.
   Result<Tensor> Forward(const ForwardInput& input);
 
   int max_tokens() const { return max_tokens_; }
@@ -53,28 +65,28 @@ class Transformer {
  private:
   Transformer() = default;
   Status PrepareWeights(const ModelWeights& host);
-  // Forward after the sequences have grown; `start` holds their previous lengths.
-  Result<Tensor> Run(const ForwardInput& input, const std::vector<int64_t>& start);
-  Status AllocateWorkspace();
-  void BuildPageTable(int layer, std::span<KvSequence* const> seqs);
-  // Points `table` at the current page table in backend memory.
-  Status SetPageTable(PageTableView* table);
+  Status AllocateWorkspace(int max_seqs, int64_t pool_capacity);
+  Status CheckInput(const ForwardInput& in) const;
+  // Fills and uploads the step inputs; returns the number of logit rows.
+  Result<int64_t> StageInputs(const ForwardInput& in, std::span<const int64_t> start);
+  // The layers and the logits (backend ops only).
+  Status RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows, LayerAttention& attention);
 
   ModelConfig config_;
   Backend* backend_ = nullptr;
   int max_tokens_ = 0;
+  int max_seqs_ = 0;
   ModelWeights w_;  // prepared for the backend
 
-  // Workspace (backend memory), sized for max_tokens_.
+  // Activations (backend memory), sized for max_tokens_.
   Tensor x_, xn_, q_, k_, v_, attn_, gate_, up_, logits_, logits_in_;
   Tensor inv_freq_;
-  // Per-call inputs: host staging and their backend copies (aliases on the CPU).
-  Tensor ids_host_, pos_host_, row_base_host_, slots_host_, rows_host_;
-  Tensor ids_, pos_, row_base_, slots_, rows_;
+  // Step inputs, i32: [ids | positions | row_base | rows] (4 x max_tokens), then the K/V slots
+  // of every layer ([n_layers][max_tokens][n_kv_heads]). Host staging and backend copy (the
+  // same tensor on the CPU).
+  Tensor inputs_host_, inputs_;
   Tensor logits_host_;
-  // Page table of the current layer (host; uploaded when the backend is not the CPU).
-  std::vector<int32_t> indptr_, indices_, lens_;
-  Tensor table_dev_;  // i32 device copy of [indptr | indices | lens] (non-CPU backends)
+  std::unique_ptr<DenseAttention> dense_;
 };
 
 }  // namespace icecache

@@ -85,6 +85,15 @@ Status CpuBackend::Copy(const Tensor& src, const Tensor& dst) {
   return Status::Ok();
 }
 
+Status CpuBackend::CopyBlocks(const void* src, void* dst, int64_t count, int64_t block_bytes,
+                              int64_t src_pitch, int64_t dst_pitch) {
+  for (int64_t i = 0; i < count; ++i) {
+    std::memcpy(static_cast<char*>(dst) + i * dst_pitch,
+                static_cast<const char*>(src) + i * src_pitch, static_cast<size_t>(block_bytes));
+  }
+  return Status::Ok();
+}
+
 Result<Tensor> CpuBackend::PrepareWeight(const Tensor& host_weight) {
   if (host_weight.device() != Device::kCpu) {
     return InvalidArgument("CPU backend: weight is not in host memory");

@@ -79,6 +79,8 @@ class CpuBackend final : public Backend {
   std::string Describe() const override;
   Result<Tensor> Allocate(DType dtype, std::span<const int64_t> shape) override;
   Status Copy(const Tensor& src, const Tensor& dst) override;
+  Status CopyBlocks(const void* src, void* dst, int64_t count, int64_t block_bytes,
+                    int64_t src_pitch, int64_t dst_pitch) override;
   Result<Tensor> PrepareWeight(const Tensor& host_weight) override;
 
  protected:

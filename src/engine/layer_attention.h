@@ -1,0 +1,34 @@
+// How one forward pass attends, layer by layer. The transformer calls Prepare once per forward
+// (after the sequences have grown and before any layer runs), then Attend for each layer once
+// that layer's new K/V are in the pool. Dense attention (every page) is the default; the KV
+// policies supply a sparse strategy for decode steps.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/tensor.h"
+#include "icecache/status.h"
+#include "kv/kv_sequence.h"
+
+namespace icecache {
+
+// What a strategy knows of the current forward pass.
+struct StepContext {
+  std::span<KvSequence* const> seqs;
+  std::span<const int32_t> counts;  // new tokens per sequence
+  std::span<const int64_t> start;   // each sequence's length before this step
+  int64_t n_tokens = 0;
+  Tensor positions;  // i32 [n_tokens], backend memory
+  Tensor row_base;   // i32 [n_tokens], backend memory: sequence index * n_kv_heads
+};
+
+class LayerAttention {
+ public:
+  virtual ~LayerAttention() = default;
+  virtual Status Prepare(const StepContext& step) = 0;
+  // out[t, h, :] = attention of q[t, h, :] over this strategy's pages of `layer`.
+  virtual Status Attend(int layer, const Tensor& q, const Tensor& out) = 0;
+};
+
+}  // namespace icecache
