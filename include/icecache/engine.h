@@ -45,6 +45,7 @@ struct ModelInfo {
   int trained_context = 0;
   int context_size = 0;  // the limit this engine enforces
   int64_t kv_bytes_per_token = 0;
+  std::string kv_dtype;  // "f32", "f16", "bf16"
   int64_t weight_bytes = 0;
   bool has_chat_template = false;
   std::string backend;  // e.g. "cpu (2 threads)"
@@ -149,6 +150,12 @@ class Engine {
   // Generates on a fresh sequence (its KV is freed afterwards).
   virtual Result<GenerateResult> Generate(const GenerateRequest& request,
                                           const GenerateCallbacks& callbacks = {}) = 0;
+  // Generates for several requests on fresh sequences: prompts are prefilled one after another,
+  // then every unfinished request advances one token per batched forward pass. Needs
+  // EngineOptions::max_sequences >= requests.size(). Results are in request order; each one's
+  // decode_seconds is the shared decode phase.
+  virtual Result<std::vector<GenerateResult>> GenerateBatch(
+      std::span<const GenerateRequest> requests) = 0;
   // A sequence whose KV persists across requests (multi-turn chat): each request reuses the
   // longest token prefix it shares with the session's history. `kv` overrides the engine's
   // KV policy for this session.

@@ -24,8 +24,8 @@ struct KvConfig {
   int reuse_layers = 1;
   // oracle: "page" (best pages by exact max q.k) or "token" (best tokens).
   std::string oracle_unit = "page";
-  // Element type of stored K/V: "f32" (exact) or "f16".
-  std::string dtype = "f32";
+  // Element type of stored K/V: "auto" (f32 on the CPU, bf16 on GPUs), "f32", "f16", "bf16".
+  std::string dtype = "auto";
 
   // Sink and window after resolving the -1 defaults (tokens).
   int ResolvedSink() const;

@@ -67,8 +67,9 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
       ->check(CLI::PositiveNumber);
   app.add_option("--kv-oracle-unit", kv.oracle_unit, "oracle: page or token")
       ->check(CLI::IsMember({"page", "token"}));
-  app.add_option("--kv-dtype", kv.dtype, "stored K/V type: f32 (exact) or f16")
-      ->check(CLI::IsMember({"f32", "f16"}))
+  app.add_option("--kv-dtype", kv.dtype,
+                 "stored K/V type: auto (f32 on CPU, bf16 on GPU), f32, f16, bf16")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}))
       ->capture_default_str();
 }
 

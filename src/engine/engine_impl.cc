@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/process.h"
+#include "engine/generation.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
 #include "model/arch/arch.h"
@@ -43,8 +44,14 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
         "), which is not implemented; use --ctx-size <= " + std::to_string(c.sliding_window));
   }
   const int chunk = std::min(options.prefill_chunk, ctx);
-  KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, options.kv.page_size,
-                  options.kv.dtype == "f16" ? DType::kF16 : DType::kF32};
+  DType kv_dtype = e->backend_->default_kv_dtype();
+  if (options.kv.dtype != "auto" && !ParseDType(options.kv.dtype, &kv_dtype)) {
+    return InvalidArgument("--kv-dtype: unknown type '" + options.kv.dtype + "'");
+  }
+  if (e->backend_->device() == Device::kCpu && kv_dtype == DType::kBF16) {
+    return Unsupported("--kv-dtype bf16 is not supported on the CPU backend (use f32 or f16)");
+  }
+  KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, options.kv.page_size, kv_dtype};
   const int64_t capacity = layout.PagesForTokens(ctx) * options.max_sequences;
   ICECACHE_ASSIGN_OR_RETURN(e->pool_, PagePool::Create(*e->backend_, layout, capacity));
   ICECACHE_ASSIGN_OR_RETURN(e->transformer_,
@@ -66,6 +73,7 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
   i.trained_context = c.max_context;
   i.context_size = ctx;
   i.kv_bytes_per_token = c.KvBytesPerToken(layout.dtype);
+  i.kv_dtype = std::string(DTypeName(layout.dtype));
   for (const TensorEntry& t : e->model_->tensors) i.weight_bytes += t.bytes;
   i.has_chat_template = e->model_->chat_template.has_value();
   i.backend = e->backend_->Describe();
@@ -171,80 +179,110 @@ Result<Tensor> EngineImpl::DecodeStep(SequenceState& state, int32_t token) {
 
 Result<GenerateResult> EngineImpl::RunOn(SequenceState& state, const GenerateRequest& request,
                                          const GenerateCallbacks& callbacks) {
-  if (request.max_tokens < 0) return InvalidArgument("max tokens must be >= 0");
-  ICECACHE_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(request.sampling));
-  ICECACHE_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, PromptTokens(request));
-  const Tokenizer& tok = *model_->tokenizer;
+  SequenceState* states[] = {&state};
+  ICECACHE_ASSIGN_OR_RETURN(auto results, RunBatch(states, {&request, 1}, &callbacks));
+  return std::move(results[0]);
+}
 
-  GenerateResult result;
-  GenerateStats& st = result.stats;
-  const size_t common = ReusePrefix(state, prompt);
-  st.prompt_tokens = static_cast<int64_t>(prompt.size());
-  st.cached_tokens = static_cast<int64_t>(common);
-  st.kv_bytes_per_token = info_.kv_bytes_per_token;
-
-  const double t0 = NowSeconds();
-  ICECACHE_ASSIGN_OR_RETURN(
-      std::vector<float> logits,
-      Prefill(state, std::span<const int32_t>(prompt).subspan(common), callbacks));
+Result<std::vector<GenerateResult>> EngineImpl::RunBatch(std::span<SequenceState* const> states,
+                                                         std::span<const GenerateRequest> requests,
+                                                         const GenerateCallbacks* callbacks) {
+  // Check every request before running any.
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<Generation> gens;
+  gens.reserve(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerateRequest& r = requests[i];
+    if (r.max_tokens < 0) return InvalidArgument("max tokens must be >= 0");
+    ICECACHE_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(r.sampling));
+    ICECACHE_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, PromptTokens(r));
+    prompts.push_back(std::move(prompt));
+    gens.emplace_back(states[i], &r, callbacks, std::move(sampler), *model_->tokenizer,
+                      info_.context_size);
+  }
+  // Prefill one request after another.
+  for (size_t i = 0; i < gens.size(); ++i) {
+    GenerateStats& st = gens[i].result().stats;
+    SequenceState& state = *states[i];
+    const size_t common = ReusePrefix(state, prompts[i]);
+    st.prompt_tokens = static_cast<int64_t>(prompts[i].size());
+    st.cached_tokens = static_cast<int64_t>(common);
+    st.kv_bytes_per_token = info_.kv_bytes_per_token;
+    const double t0 = NowSeconds();
+    ICECACHE_ASSIGN_OR_RETURN(
+        gens[i].logits(),
+        Prefill(state, std::span<const int32_t>(prompts[i]).subspan(common),
+                callbacks != nullptr ? *callbacks : GenerateCallbacks{}));
+    st.prefill_seconds = NowSeconds() - t0;
+    if (st.prefill_seconds > 0) {
+      st.prefill_tokens_per_second =
+          static_cast<double>(st.prompt_tokens - st.cached_tokens) / st.prefill_seconds;
+    }
+  }
+  // Decode in lockstep: one batched forward pass per step over the unfinished requests.
   const double t1 = NowSeconds();
-  st.prefill_seconds = t1 - t0;
+  std::vector<Generation*> active;
+  for (Generation& g : gens) active.push_back(&g);
+  std::vector<KvSequence*> seqs;
+  std::vector<int32_t> tokens, counts;
+  std::vector<Generation*> stepping;
+  while (!active.empty()) {
+    seqs.clear();
+    tokens.clear();
+    counts.clear();
+    stepping.clear();
+    for (Generation* g : active) {
+      if (std::optional<int32_t> next = g->Step(g->logits())) {
+        seqs.push_back(&g->state()->seq);
+        tokens.push_back(*next);
+        counts.push_back(1);
+        stepping.push_back(g);
+      }
+    }
+    active = stepping;
+    if (active.empty()) break;
+    ForwardInput in{seqs, tokens, counts, LogitsMode::kLast, {}};
+    ICECACHE_ASSIGN_OR_RETURN(Tensor out, transformer_->Forward(in));
+    for (size_t i = 0; i < active.size(); ++i) {
+      active[i]->state()->history.push_back(tokens[i]);
+      ++active[i]->forwards;
+      const float* row = static_cast<const float*>(out.row(static_cast<int64_t>(i)));
+      active[i]->logits().assign(row, row + out.cols());
+    }
+  }
+  const double decode_seconds = NowSeconds() - t1;
+  std::vector<GenerateResult> results;
+  const int64_t peak = PeakRssBytes();
+  for (Generation& g : gens) {
+    g.Finish();
+    GenerateStats& st = g.result().stats;
+    st.decode_seconds = decode_seconds;
+    // Decode speed: single-token forward passes per second of the decode phase.
+    if (decode_seconds > 0 && g.forwards > 0) {
+      st.decode_tokens_per_second = static_cast<double>(g.forwards) / decode_seconds;
+    }
+    st.peak_rss_bytes = peak;
+    results.push_back(std::move(g.result()));
+  }
+  return results;
+}
 
-  std::vector<int32_t> stop_ids;
-  if (!request.ignore_eos) stop_ids = tok.StopTokenIds();
-  StopMatcher stops(request.stop);
-  StreamDecoder decoder(tok);
-  bool cancelled = false;
-  auto emit = [&](const std::string& text) {
-    if (text.empty()) return;
-    result.text += text;
-    if (callbacks.on_text && !callbacks.on_text(text)) cancelled = true;
-  };
-
-  st.finish_reason = "length";
-  int64_t forwards = 0;
-  for (int i = 0; i < request.max_tokens; ++i) {
-    const int32_t next = sampler.Sample(logits, state.history);
-    if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
-      st.finish_reason = "stop";
-      break;
-    }
-    result.tokens.push_back(next);
-    emit(stops.Push(decoder.Push(next)));
-    if (stops.stopped()) {
-      st.finish_reason = "stop";
-      break;
-    }
-    if (cancelled) {
-      st.finish_reason = "cancelled";
-      break;
-    }
-    if (i + 1 == request.max_tokens) break;  // no need to run the last token
-    if (state.seq.length() + 1 >= info_.context_size) {
-      st.finish_reason = "context";
-      break;
-    }
-    ICECACHE_ASSIGN_OR_RETURN(Tensor out, DecodeStep(state, next));
-    ++forwards;
-    const float* row = out.data_as<float>();
-    logits.assign(row, row + out.cols());
+Result<std::vector<GenerateResult>> EngineImpl::GenerateBatch(
+    std::span<const GenerateRequest> requests) {
+  if (requests.empty()) return std::vector<GenerateResult>();
+  if (static_cast<int>(requests.size()) > options_.max_sequences) {
+    return InvalidArgument("batch of " + std::to_string(requests.size()) +
+                           " requests exceeds max_sequences (" +
+                           std::to_string(options_.max_sequences) + ")");
   }
-  if (!stops.stopped()) emit(stops.Push(decoder.Flush()) + stops.Flush());
-  const double t2 = NowSeconds();
-  st.generated_tokens = static_cast<int64_t>(result.tokens.size());
-  st.decode_seconds = t2 - t1;
-  if (st.prefill_seconds > 0) {
-    st.prefill_tokens_per_second =
-        static_cast<double>(st.prompt_tokens - st.cached_tokens) / st.prefill_seconds;
+  std::vector<std::unique_ptr<SequenceState>> owned;
+  std::vector<SequenceState*> states;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ICECACHE_ASSIGN_OR_RETURN(auto s, NewState(nullptr));
+    states.push_back(s.get());
+    owned.push_back(std::move(s));
   }
-  // Decode speed: single-token forward passes per second of the decode phase.
-  if (st.decode_seconds > 0 && forwards > 0) {
-    st.decode_tokens_per_second = static_cast<double>(forwards) / st.decode_seconds;
-  }
-  st.kv_bytes = state.seq.num_pages() * state.seq.layout().page_bytes();
-  st.peak_rss_bytes = PeakRssBytes();
-  st.kv.policy = state.kv.Describe();
-  return result;
+  return RunBatch(states, requests, nullptr);
 }
 
 Result<ScoreResult> EngineImpl::ScoreOn(SequenceState& state, const ScoreRequest& request) {
@@ -301,9 +339,10 @@ Result<ScoreResult> EngineImpl::ScoreOn(SequenceState& state, const ScoreRequest
 Result<std::unique_ptr<SequenceState>> EngineImpl::NewState(const KvConfig* kv) {
   const KvConfig& config = kv != nullptr ? *kv : options_.kv;
   ICECACHE_RETURN_IF_ERROR(config.Validate());
-  if (config.page_size != options_.kv.page_size || config.dtype != options_.kv.dtype) {
+  if (config.page_size != options_.kv.page_size ||
+      (config.dtype != "auto" && config.dtype != info_.kv_dtype)) {
     return InvalidArgument("a session's KV page size and dtype must match the engine's (" +
-                           std::to_string(options_.kv.page_size) + ", " + options_.kv.dtype + ")");
+                           std::to_string(options_.kv.page_size) + ", " + info_.kv_dtype + ")");
   }
   if (config.policy != "full") {
     return Unsupported("KV policy '" + config.policy + "' is not implemented yet");

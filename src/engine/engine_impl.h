@@ -36,12 +36,19 @@ class EngineImpl : public Engine {
                                   const GenerateCallbacks& callbacks) override;
   Result<std::unique_ptr<Session>> NewSession(const KvConfig* kv) override;
   Result<ScoreResult> Score(const ScoreRequest& request) override;
+  Result<std::vector<GenerateResult>> GenerateBatch(
+      std::span<const GenerateRequest> requests) override;
   Result<std::vector<std::vector<float>>> Logits(std::span<const int32_t> tokens,
                                                  std::span<const int64_t> positions) override;
 
   // Runs `request` on `state` (its history is updated to what its KV holds after).
   Result<GenerateResult> RunOn(SequenceState& state, const GenerateRequest& request,
                                const GenerateCallbacks& callbacks);
+  // Runs requests[i] on states[i]: prefills one after another, then decodes all in lockstep.
+  // `callbacks` (may be null) apply to every request.
+  Result<std::vector<GenerateResult>> RunBatch(std::span<SequenceState* const> states,
+                                               std::span<const GenerateRequest> requests,
+                                               const GenerateCallbacks* callbacks);
   Result<ScoreResult> ScoreOn(SequenceState& state, const ScoreRequest& request);
   // A fresh sequence under `kv` (the engine's policy when null). Fails if `kv` is invalid or
   // asks for a page size or dtype other than the pool's.

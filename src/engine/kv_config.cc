@@ -27,8 +27,8 @@ Status KvConfig::Validate() const {
   }
   if (page_size < 1 || page_size > 4096) return InvalidArgument("--kv-page must be in [1, 4096]");
   if (dense_layers < 0) return InvalidArgument("--kv-dense-layers must be >= 0");
-  if (dtype != "f32" && dtype != "f16") {
-    return InvalidArgument("--kv-dtype must be f32 or f16, not '" + dtype + "'");
+  if (dtype != "auto" && dtype != "f32" && dtype != "f16" && dtype != "bf16") {
+    return InvalidArgument("--kv-dtype must be auto, f32, f16 or bf16, not '" + dtype + "'");
   }
   if (policy == "full") return Status::Ok();
   if (budget < 1) return InvalidArgument("--kv-budget must be positive");
