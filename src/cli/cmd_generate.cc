@@ -25,6 +25,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool json = false;
   bool stats = false;
+  bool kv_stats = false;
   std::string progress = "auto";
 };
 
@@ -90,6 +91,7 @@ int Run(const GenerateArgs& a) {
     std::printf("\n");
     std::fflush(stdout);
     if (a.stats) std::fprintf(stderr, "%s\n", StatsLine(out->stats).c_str());
+    if (a.kv_stats) std::fprintf(stderr, "%s\n", KvStatsText(out->stats.kv).c_str());
   }
   return 0;
 }
@@ -113,6 +115,8 @@ Command AddGenerateCommand(CLI::App& root) {
   app->add_flag("--ignore-eos", args->ignore_eos, "do not stop at end-of-sequence tokens");
   app->add_flag("--json", args->json, "print one JSON object: text, tokens, stats, model");
   app->add_flag("--stats", args->stats, "print a statistics line on stderr");
+  app->add_flag("--kv-stats", args->kv_stats,
+                "print per-decode-step KV accounting (selection, fetch, attention) on stderr");
   app->add_option("--progress", args->progress, "prefill progress bar: auto, always, never")
       ->capture_default_str();
   return {app, [args, p, f]() {

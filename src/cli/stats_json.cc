@@ -17,7 +17,54 @@ nlohmann::json StatsToJson(const GenerateStats& s) {
       {"kv_bytes_per_token", s.kv_bytes_per_token},
       {"peak_rss_bytes", s.peak_rss_bytes},
       {"finish_reason", s.finish_reason},
+      {"kv", KvStatsToJson(s.kv)},
   };
+}
+
+nlohmann::json KvStatsToJson(const KvStats& s) {
+  return {
+      {"policy", s.policy},
+      {"decode_steps", s.decode_steps},
+      {"sparse_layers", s.sparse_layers},
+      {"dense_layers", s.dense_layers},
+      {"tokens_attended", s.tokens_attended},
+      {"tokens_attended_dense", s.tokens_attended_dense},
+      {"context_tokens", s.context_tokens},
+      {"nodes_visited", s.nodes_visited},
+      {"pages_fetched", s.pages_fetched},
+      {"bytes_fetched", s.bytes_fetched},
+      {"hit_rate", s.hit_rate},
+      {"select_seconds", s.select_seconds},
+      {"fetch_seconds", s.fetch_seconds},
+      {"attend_seconds", s.attend_seconds},
+      {"other_seconds", s.other_seconds},
+      {"host_kv_bytes", s.host_kv_bytes},
+      {"working_set_bytes", s.working_set_bytes},
+      {"index_bytes", s.index_bytes},
+  };
+}
+
+std::string KvStatsText(const KvStats& s) {
+  const double step = s.select_seconds + s.fetch_seconds + s.attend_seconds + s.other_seconds;
+  auto ms = [](double sec) { return sec * 1e3; };
+  auto pct = [step](double sec) { return step > 0 ? 100.0 * sec / step : 0.0; };
+  return fmt::format(
+      "kv policy        {}\n"
+      "decode steps     {} (average context {:.0f} tokens)\n"
+      "layers           {} sparse, {} dense\n"
+      "tokens attended  {:.1f} per (layer, KV head) per step in sparse layers; {:.1f} in dense "
+      "layers\n"
+      "index            {:.1f} nodes visited per (layer, KV head) per step; {} of metadata\n"
+      "fetch            {:.1f} pages, {} per step; hit rate {:.1f}%\n"
+      "memory           host KV {}, working set {}\n"
+      "time per step    {:.3f} ms: select {:.3f} ms ({:.1f}%), fetch {:.3f} ms ({:.1f}%), "
+      "attend {:.3f} ms ({:.1f}%), rest {:.3f} ms ({:.1f}%)",
+      s.policy, s.decode_steps, s.context_tokens, s.sparse_layers, s.dense_layers,
+      s.tokens_attended, s.tokens_attended_dense, s.nodes_visited, HumanBytes(s.index_bytes),
+      s.pages_fetched, HumanBytes(static_cast<int64_t>(s.bytes_fetched)), 100.0 * s.hit_rate,
+      HumanBytes(s.host_kv_bytes), HumanBytes(s.working_set_bytes), ms(step),
+      ms(s.select_seconds), pct(s.select_seconds), ms(s.fetch_seconds), pct(s.fetch_seconds),
+      ms(s.attend_seconds), pct(s.attend_seconds), ms(s.other_seconds), pct(s.other_seconds));
 }
 
 nlohmann::json ModelInfoToJson(const ModelInfo& i) {

@@ -6,6 +6,7 @@
 
 #include "core/process.h"
 #include "engine/generation.h"
+#include "engine/sparse_attention.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
 #include "model/arch/arch.h"
@@ -57,6 +58,8 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
   ICECACHE_ASSIGN_OR_RETURN(e->transformer_,
                             Transformer::Create(c, e->model_->weights, e->backend_.get(), chunk,
                                                 options.max_sequences, capacity));
+
+  e->sparse_ = std::make_unique<SparseAttention>(e->backend_.get(), c);
 
   ModelInfo& i = e->info_;
   i.name = c.name;
@@ -129,9 +132,34 @@ size_t EngineImpl::ReusePrefix(SequenceState& state, std::span<const int32_t> to
   const std::vector<int32_t>& h = state.history;
   while (common < h.size() && common < tokens.size() && h[common] == tokens[common]) ++common;
   if (common == tokens.size() && common > 0) --common;
+  // A policy may have re-arranged old pages; only tail tokens can be dropped.
+  if (!state.seq.CanTruncate(static_cast<int64_t>(common))) common = 0;
   state.seq.Truncate(static_cast<int64_t>(common));
   state.history.resize(common);
+  if (common == 0 && state.index) {
+    // Start the index over (it may hold state about dropped pages).
+    auto fresh = MakeSequenceIndex(IndexFor(state.kv));
+    if (fresh.ok()) state.index = std::move(fresh).value();
+  } else if (state.index) {
+    state.index->OnTruncate(state.seq);
+  }
   return common;
+}
+
+IndexContext EngineImpl::IndexFor(const KvConfig& kv) const {
+  IndexContext c;
+  c.config = kv;
+  c.layout = pool_->layout();
+  c.n_heads = info_.n_heads;
+  c.limits = LimitsFor(kv);
+  c.tokenizer = model_->tokenizer.get();
+  return c;
+}
+
+Status EngineImpl::AfterForward(SequenceState& state, int64_t first,
+                                std::span<const int32_t> tokens) {
+  if (!state.index) return Status::Ok();
+  return state.index->OnAppend(state.seq, first, tokens);
 }
 
 Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
@@ -157,6 +185,7 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
       return logits.status();
     }
     state.history.insert(state.history.end(), tokens.begin() + done, tokens.begin() + done + n);
+    ICECACHE_RETURN_IF_ERROR(AfterForward(state, start + done, tokens.subspan(done, n)));
     done += n;
     if (done == total) {
       const float* row = logits->data_as<float>();
@@ -168,12 +197,42 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
 }
 
 Result<Tensor> EngineImpl::DecodeStep(SequenceState& state, int32_t token) {
-  KvSequence* seqs[] = {&state.seq};
-  const int32_t one[] = {1};
+  SequenceState* states[] = {&state};
   const int32_t ids[] = {token};
-  ForwardInput in{seqs, ids, one, LogitsMode::kLast, {}};
+  ICECACHE_ASSIGN_OR_RETURN(Tensor out, DecodeBatch(states, ids));
+  return out;
+}
+
+Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
+                                       std::span<const int32_t> tokens) {
+  std::vector<KvSequence*> seqs;
+  std::vector<int32_t> counts(states.size(), 1);
+  bool sparse = false;
+  for (SequenceState* s : states) {
+    seqs.push_back(&s->seq);
+    sparse = sparse || s->sparse();
+  }
+  ForwardInput in{seqs, tokens, counts, LogitsMode::kLast, {}};
+  if (sparse) {
+    sparse_->SetBatch(states);
+    in.attention = sparse_.get();
+  }
+  const double t0 = NowSeconds();
   ICECACHE_ASSIGN_OR_RETURN(Tensor out, transformer_->Forward(in));
-  state.history.push_back(token);
+  const double dt = NowSeconds() - t0;
+  for (size_t i = 0; i < states.size(); ++i) {
+    SequenceState& st = *states[i];
+    st.history.push_back(tokens[i]);
+    ++st.acct.steps;
+    st.acct.total_s += dt;
+    st.acct.context += static_cast<double>(st.seq.length());
+    if (!st.sparse()) {  // dense: every token of every (layer, KV head)
+      st.acct.dense_layer_steps += info_.n_layers;
+      st.acct.tokens_dense +=
+          static_cast<double>(st.seq.length()) * info_.n_layers * info_.n_kv_heads;
+    }
+    ICECACHE_RETURN_IF_ERROR(AfterForward(st, st.seq.length() - 1, tokens.subspan(i, 1)));
+  }
   return out;
 }
 
@@ -223,28 +282,24 @@ Result<std::vector<GenerateResult>> EngineImpl::RunBatch(std::span<SequenceState
   const double t1 = NowSeconds();
   std::vector<Generation*> active;
   for (Generation& g : gens) active.push_back(&g);
-  std::vector<KvSequence*> seqs;
-  std::vector<int32_t> tokens, counts;
+  std::vector<int32_t> tokens;
   std::vector<Generation*> stepping;
+  for (SequenceState* s : states) s->ResetAccounting();
   while (!active.empty()) {
-    seqs.clear();
     tokens.clear();
-    counts.clear();
     stepping.clear();
     for (Generation* g : active) {
       if (std::optional<int32_t> next = g->Step(g->logits())) {
-        seqs.push_back(&g->state()->seq);
         tokens.push_back(*next);
-        counts.push_back(1);
         stepping.push_back(g);
       }
     }
     active = stepping;
     if (active.empty()) break;
-    ForwardInput in{seqs, tokens, counts, LogitsMode::kLast, {}};
-    ICECACHE_ASSIGN_OR_RETURN(Tensor out, transformer_->Forward(in));
+    std::vector<SequenceState*> step_states;
+    for (Generation* g : active) step_states.push_back(g->state());
+    ICECACHE_ASSIGN_OR_RETURN(Tensor out, DecodeBatch(step_states, tokens));
     for (size_t i = 0; i < active.size(); ++i) {
-      active[i]->state()->history.push_back(tokens[i]);
       ++active[i]->forwards;
       const float* row = static_cast<const float*>(out.row(static_cast<int64_t>(i)));
       active[i]->logits().assign(row, row + out.cols());
@@ -262,6 +317,7 @@ Result<std::vector<GenerateResult>> EngineImpl::RunBatch(std::span<SequenceState
       st.decode_tokens_per_second = static_cast<double>(g.forwards) / decode_seconds;
     }
     st.peak_rss_bytes = peak;
+    st.kv = g.state()->Stats(info_.n_layers, info_.n_kv_heads);
     results.push_back(std::move(g.result()));
   }
   return results;
@@ -305,6 +361,7 @@ Result<ScoreResult> EngineImpl::ScoreOn(SequenceState& state, const ScoreRequest
       std::vector<float> logits,
       Prefill(state, std::span<const int32_t>(request.context).subspan(common), {}));
   ScoreResult r;
+  state.ResetAccounting();
   const size_t steps = request.continuation.size();
   for (size_t i = 0; i < steps; ++i) {
     if (i > 0) {
@@ -332,7 +389,7 @@ Result<ScoreResult> EngineImpl::ScoreOn(SequenceState& state, const ScoreRequest
       r.logprobs.push_back(std::move(lp));
     }
   }
-  r.kv.policy = state.kv.Describe();
+  r.kv = state.Stats(info_.n_layers, info_.n_kv_heads);
   return r;
 }
 
@@ -344,17 +401,36 @@ Result<std::unique_ptr<SequenceState>> EngineImpl::NewState(const KvConfig* kv) 
     return InvalidArgument("a session's KV page size and dtype must match the engine's (" +
                            std::to_string(options_.kv.page_size) + ", " + info_.kv_dtype + ")");
   }
-  if (config.policy != "full") {
-    return Unsupported("KV policy '" + config.policy + "' is not implemented yet");
+  auto state = std::make_unique<SequenceState>(pool_.get(), config);
+  ICECACHE_ASSIGN_OR_RETURN(state->index, MakeSequenceIndex(IndexFor(config)));
+  if (state->index) {
+    const SelectionLimits lim = LimitsFor(config);
+    const int capacity = lim.max_pages + lim.max_pages / 4;
+    const int scratch =
+        state->index->token_level() ? (config.budget + config.page_size - 1) / config.page_size : 0;
+    ICECACHE_ASSIGN_OR_RETURN(
+        state->working_set,
+        WorkingSet::Create(*backend_, pool_->layout(), info_.n_layers * info_.n_kv_heads,
+                           capacity, scratch));
   }
-  return std::make_unique<SequenceState>(pool_.get(), config);
+  return state;
 }
 
 Result<std::unique_ptr<SequenceState>> EngineImpl::ForkState(const SequenceState& state,
                                                              const KvConfig& kv) {
+  for (int l = 0; l < info_.n_layers; ++l) {
+    for (int h = 0; h < info_.n_kv_heads; ++h) {
+      if (state.seq.tail_index(l, h) != 0 && kv.policy != state.kv.policy) {
+        return Unsupported("fork: this session's pages were re-arranged by policy '" +
+                           state.kv.policy + "'; fork from a session that keeps pages in "
+                           "position order (e.g. policy full)");
+      }
+    }
+  }
   ICECACHE_ASSIGN_OR_RETURN(auto copy, NewState(&kv));
   ICECACHE_RETURN_IF_ERROR(copy->seq.CopyFrom(state.seq, *backend_));
   copy->history = state.history;
+  ICECACHE_RETURN_IF_ERROR(AfterForward(*copy, 0, copy->history));
   return copy;
 }
 

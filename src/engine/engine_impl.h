@@ -6,21 +6,14 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/sequence_state.h"
+#include "engine/sparse_attention.h"
 #include "engine/transformer.h"
 #include "icecache/engine.h"
 #include "kv/page_pool.h"
 #include "model/loader.h"
 
 namespace icecache {
-
-// A sequence and what the engine knows about it: its KV pages, the tokens they hold, and its
-// KV policy.
-struct SequenceState {
-  SequenceState(PagePool* pool, KvConfig config) : seq(pool), kv(std::move(config)) {}
-  KvSequence seq;
-  std::vector<int32_t> history;  // tokens whose KV `seq` holds
-  KvConfig kv;
-};
 
 class EngineImpl : public Engine {
  public:
@@ -68,12 +61,20 @@ class EngineImpl : public Engine {
                                      const GenerateCallbacks& callbacks);
   // One decode step: feeds `token`, returns the next logits.
   Result<Tensor> DecodeStep(SequenceState& state, int32_t token);
+  // One decode step for several sequences (tokens[i] to states[i]); returns one logits row per
+  // sequence. Sparse policies attend through their selections; charges each state's accounting.
+  Result<Tensor> DecodeBatch(std::span<SequenceState* const> states,
+                             std::span<const int32_t> tokens);
+  // Tells the sequence's index about tokens [first, length) just appended.
+  Status AfterForward(SequenceState& state, int64_t first, std::span<const int32_t> tokens);
+  IndexContext IndexFor(const KvConfig& kv) const;
 
   EngineOptions options_;
   std::unique_ptr<LoadedModel> model_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> transformer_;
   std::unique_ptr<PagePool> pool_;
+  std::unique_ptr<SparseAttention> sparse_;
   ModelInfo info_;
 };
 

@@ -1,28 +1,36 @@
 #include "kv/kv_sequence.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "core/check.h"
 
 namespace icecache {
 
 KvSequence::KvSequence(PagePool* pool) : pool_(pool) {
-  pages_.resize(static_cast<size_t>(layout().n_layers) * layout().n_kv_heads);
+  lists_.resize(static_cast<size_t>(layout().n_layers) * layout().n_kv_heads);
 }
 
 KvSequence::~KvSequence() { Truncate(0); }
 
 Status KvSequence::Grow(int64_t n) {
   ICECACHE_CHECK(n >= 0);
+  if (n == 0) return Status::Ok();
   const int p = layout().page_size;
   const int64_t new_len = length_ + n;
-  const size_t want_pages = static_cast<size_t>((new_len + p - 1) / p);
-  // Allocate first so that a failure leaves the sequence unchanged.
+  // Every list's tail gains the same tokens; count the new pages first so that a failure to
+  // allocate leaves the sequence unchanged.
+  std::vector<size_t> need(lists_.size());
+  size_t total = 0;
+  for (size_t i = 0; i < lists_.size(); ++i) {
+    const List& l = lists_[i];
+    const size_t want = l.tail_index + static_cast<size_t>((new_len - l.tail_pos + p - 1) / p);
+    need[i] = want - l.pages.size();
+    total += need[i];
+  }
   std::vector<int32_t> fresh;
-  const size_t have_pages = pages_.empty() ? 0 : pages_[0].size();
-  const size_t need = (want_pages - have_pages) * pages_.size();
-  fresh.reserve(need);
-  for (size_t i = 0; i < need; ++i) {
+  fresh.reserve(total);
+  for (size_t i = 0; i < total; ++i) {
     auto id = pool_->Allocate();
     if (!id.ok()) {
       for (int32_t f : fresh) pool_->Free(f);
@@ -31,28 +39,48 @@ Status KvSequence::Grow(int64_t n) {
     fresh.push_back(*id);
   }
   size_t next = 0;
-  for (auto& list : pages_) {
-    while (list.size() < want_pages) list.push_back({fresh[next++], 0});
-    for (size_t i = 0; i < list.size(); ++i) {
-      const int64_t begin = static_cast<int64_t>(i) * p;
-      list[i].len = static_cast<int32_t>(std::clamp<int64_t>(new_len - begin, 0, p));
+  for (size_t i = 0; i < lists_.size(); ++i) {
+    List& l = lists_[i];
+    for (size_t k = 0; k < need[i]; ++k) l.pages.push_back({fresh[next++], 0});
+    // Tail pages that gain tokens: from the one holding length_ to the end.
+    const size_t first = l.tail_index + static_cast<size_t>((length_ - l.tail_pos) / p);
+    for (size_t k = first; k < l.pages.size(); ++k) {
+      const int64_t begin = l.tail_pos + static_cast<int64_t>(k - l.tail_index) * p;
+      l.pages[k].len = static_cast<int32_t>(std::clamp<int64_t>(new_len - begin, 0, p));
+      pool_->Touch(l.pages[k].id);
     }
   }
   length_ = new_len;
   return Status::Ok();
 }
 
+bool KvSequence::CanTruncate(int64_t n) const {
+  if (n == 0) return true;
+  for (const List& l : lists_) {
+    if (l.tail_pos > n) return false;
+  }
+  return true;
+}
+
 void KvSequence::Truncate(int64_t n) {
-  ICECACHE_CHECK(n >= 0 && n <= length_);
+  ICECACHE_CHECK(n >= 0 && n <= length_ && CanTruncate(n));
   const int p = layout().page_size;
-  const size_t keep = static_cast<size_t>((n + p - 1) / p);
-  for (auto& list : pages_) {
-    while (list.size() > keep) {
-      pool_->Free(list.back().id);
-      list.pop_back();
+  for (List& l : lists_) {
+    if (n == 0) {
+      for (const PageRef& r : l.pages) pool_->Free(r.id);
+      l = List();
+      continue;
     }
-    if (!list.empty())
-      list.back().len = static_cast<int32_t>(n - static_cast<int64_t>(keep - 1) * p);
+    const size_t keep = l.tail_index + static_cast<size_t>((n - l.tail_pos + p - 1) / p);
+    while (l.pages.size() > keep) {
+      pool_->Free(l.pages.back().id);
+      l.pages.pop_back();
+    }
+    if (keep > static_cast<size_t>(l.tail_index)) {
+      const int64_t begin = l.tail_pos + static_cast<int64_t>(keep - 1 - l.tail_index) * p;
+      l.pages.back().len = static_cast<int32_t>(n - begin);
+      pool_->Touch(l.pages.back().id);
+    }
   }
   length_ = n;
 }
@@ -62,19 +90,57 @@ void KvSequence::Slots(int layer, int64_t first, int64_t n, int32_t* slots) cons
   const int heads = layout().n_kv_heads;
   const int p = layout().page_size;
   for (int h = 0; h < heads; ++h) {
-    const std::vector<PageRef>& list = pages(layer, h);
+    const List& l = list(layer, h);
+    ICECACHE_CHECK(first >= l.tail_pos);
     for (int64_t t = 0; t < n; ++t) {
-      const int64_t pos = first + t;
-      slots[t * heads + h] = list[pos / p].id * p + static_cast<int32_t>(pos % p);
+      const int64_t rel = first + t - l.tail_pos;
+      slots[t * heads + h] = l.pages[l.tail_index + rel / p].id * p + static_cast<int32_t>(rel % p);
     }
   }
+}
+
+std::vector<PageRef>& KvSequence::MutableHead(int layer, int head, int32_t* tail_index) {
+  List& l = list(layer, head);
+  *tail_index = l.tail_index;
+  return l.pages;
+}
+
+void KvSequence::AdvanceTail(int layer, int head, int32_t pages) {
+  List& l = list(layer, head);
+  const int p = layout().page_size;
+  for (int32_t k = 0; k < pages; ++k) {
+    ICECACHE_CHECK(l.tail_index < static_cast<int32_t>(l.pages.size()));
+    ICECACHE_CHECK(l.pages[l.tail_index].len == p);
+    ++l.tail_index;
+    l.tail_pos += p;
+  }
+}
+
+void KvSequence::ReplaceHead(int layer, int head, std::vector<PageRef> pages) {
+  List& l = list(layer, head);
+  std::unordered_set<int32_t> kept;
+  for (const PageRef& r : pages) kept.insert(r.id);
+  for (int32_t i = 0; i < l.tail_index; ++i) {
+    if (kept.count(l.pages[i].id) == 0) pool_->Free(l.pages[i].id);
+  }
+  std::vector<PageRef> all = std::move(pages);
+  const int32_t new_tail = static_cast<int32_t>(all.size());
+  all.insert(all.end(), l.pages.begin() + l.tail_index, l.pages.end());
+  l.pages = std::move(all);
+  l.tail_index = new_tail;
+}
+
+int64_t KvSequence::num_pages() const {
+  int64_t n = 0;
+  for (const List& l : lists_) n += static_cast<int64_t>(l.pages.size());
+  return n;
 }
 
 Status KvSequence::CopyFrom(const KvSequence& other, Backend& backend) {
   ICECACHE_CHECK(length_ == 0 && num_pages() == 0 && pool_ == other.pool_);
   std::vector<int32_t> src, dst;
-  for (const auto& list : other.pages_) {
-    for (const PageRef& p : list) {
+  for (const List& l : other.lists_) {
+    for (const PageRef& p : l.pages) {
       auto id = pool_->Allocate();
       if (!id.ok()) {
         for (int32_t f : dst) pool_->Free(f);
@@ -99,17 +165,13 @@ Status KvSequence::CopyFrom(const KvSequence& other, Backend& backend) {
     }
   }
   size_t next = 0;
-  for (size_t i = 0; i < pages_.size(); ++i) {
-    for (const PageRef& p : other.pages_[i]) pages_[i].push_back({dst[next++], p.len});
+  for (size_t i = 0; i < lists_.size(); ++i) {
+    lists_[i].tail_index = other.lists_[i].tail_index;
+    lists_[i].tail_pos = other.lists_[i].tail_pos;
+    for (const PageRef& p : other.lists_[i].pages) lists_[i].pages.push_back({dst[next++], p.len});
   }
   length_ = other.length_;
   return Status::Ok();
-}
-
-int64_t KvSequence::num_pages() const {
-  int64_t n = 0;
-  for (const auto& list : pages_) n += static_cast<int64_t>(list.size());
-  return n;
 }
 
 }  // namespace icecache

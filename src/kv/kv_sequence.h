@@ -1,8 +1,12 @@
 // The KV of one sequence: for every (layer, KV head) an ordered list of pages in a PagePool.
 //
-// Tokens are appended in position order; token p of a (layer, head) lives in page p / page_size
-// of that list at offset p % page_size. Every (layer, head) has its own pages, so a selection
-// policy can later re-arrange one head's pages without touching another's.
+// Each list has a positional tail: pages [tail_index, end) hold positions [tail_pos, length())
+// in order, page_size tokens per page (the last one partly filled). New tokens are always
+// appended to the tail. Pages before the tail belong to whoever arranged them: at first there
+// are none (the whole list is the tail); a selection policy may take whole pages off the front
+// of the tail (AdvanceTail) and arrange their tokens as it likes (semantic pages), as long as it
+// keeps every token in exactly one page of its list. Every (layer, head) has its own pages, so
+// re-arranging one head never touches another.
 #pragma once
 
 #include <cstdint>
@@ -29,30 +33,60 @@ class KvSequence {
   const KvLayout& layout() const { return pool_->layout(); }
   PagePool& pool() const { return *pool_; }
 
-  // Makes room for `n` more tokens (positions length() .. length()+n-1) in every (layer, head)
-  // and advances length(). On failure (pool exhausted) nothing changes.
+  // Makes room for `n` more tokens (positions length() .. length()+n-1) at the tail of every
+  // (layer, head) and advances length(). Tail pages that receive tokens are touched (their
+  // version changes). On failure (pool exhausted) nothing changes.
   Status Grow(int64_t n);
-  // Drops tokens at positions >= `n` (REQUIRES n <= length()), freeing emptied pages.
+  // Whether Truncate(n) is possible: every list's tail still starts at or before n.
+  bool CanTruncate(int64_t n) const;
+  // Drops tokens at positions >= n, freeing emptied pages. REQUIRES: CanTruncate(n) (always
+  // true for n == 0, which frees everything).
   void Truncate(int64_t n);
 
-  // Slots (page_id * page_size + offset) of positions [first, first + n) for `layer`, written as
-  // slots[t * n_kv_heads + head]. REQUIRES: first + n <= length().
+  // Slots (page_id * page_size + offset) of positions [first, first + n) for `layer`, written
+  // as slots[t * n_kv_heads + head]. REQUIRES: the positions are in the tail.
   void Slots(int layer, int64_t first, int64_t n, int32_t* slots) const;
 
-  const std::vector<PageRef>& pages(int layer, int head) const {
-    return pages_[static_cast<size_t>(layer) * layout().n_kv_heads + head];
-  }
+  const std::vector<PageRef>& pages(int layer, int head) const { return list(layer, head).pages; }
+  // First tail page and the position it starts at.
+  int32_t tail_index(int layer, int head) const { return list(layer, head).tail_index; }
+  int64_t tail_pos(int layer, int head) const { return list(layer, head).tail_pos; }
+
+  // For selection policies: the pages before the tail, to re-arrange (ids, order and lens may
+  // change; the pages must stay this sequence's, each token in exactly one page, the
+  // tail untouched; call pool().Touch(id) on every page whose contents change).
+  std::vector<PageRef>& MutableHead(int layer, int head, int32_t* tail_index);
+  // Moves the first `pages` whole pages of the tail out of it (they become the last pages
+  // before the tail). REQUIRES: they are full.
+  void AdvanceTail(int layer, int head, int32_t pages);
+  // Replaces the pages before the tail with `head` (same tokens, re-arranged), freeing pages
+  // that are no longer listed. REQUIRES: every listed page is this sequence's or freshly
+  // allocated from its pool.
+  void ReplaceHead(int layer, int head, std::vector<PageRef> pages);
+
   // Pages held across all layers and heads.
   int64_t num_pages() const;
 
   // Makes this (empty) sequence a copy of `other` (same pool): fresh pages with the same
-  // contents, lengths and order. On failure (pool exhausted) this stays empty.
+  // contents, lengths, order and tails. On failure (pool exhausted) this stays empty.
   Status CopyFrom(const KvSequence& other, Backend& backend);
 
  private:
+  struct List {
+    std::vector<PageRef> pages;
+    int32_t tail_index = 0;
+    int64_t tail_pos = 0;
+  };
+  const List& list(int layer, int head) const {
+    return lists_[static_cast<size_t>(layer) * layout().n_kv_heads + head];
+  }
+  List& list(int layer, int head) {
+    return lists_[static_cast<size_t>(layer) * layout().n_kv_heads + head];
+  }
+
   PagePool* pool_;
   int64_t length_ = 0;
-  std::vector<std::vector<PageRef>> pages_;  // [layer * n_kv_heads + head]
+  std::vector<List> lists_;  // [layer * n_kv_heads + head]
 };
 
 }  // namespace icecache

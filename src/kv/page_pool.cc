@@ -22,6 +22,7 @@ Result<std::unique_ptr<PagePool>> PagePool::Create(Backend& backend, const KvLay
   ICECACHE_ASSIGN_OR_RETURN(pool->positions_,
                             backend.Allocate(DType::kI32, {capacity, layout.page_size}));
   pool->free_.resize(capacity);
+  pool->version_.assign(capacity, 0);
   // Stack with page 0 on top.
   std::iota(pool->free_.rbegin(), pool->free_.rend(), 0);
   return pool;
@@ -34,6 +35,7 @@ Result<int32_t> PagePool::Allocate() {
   }
   const int32_t id = free_.back();
   free_.pop_back();
+  ++version_[id];
   peak_used_ = std::max(peak_used_, used());
   return id;
 }

@@ -19,9 +19,13 @@ class PagePool {
   static Result<std::unique_ptr<PagePool>> Create(Backend& backend, const KvLayout& layout,
                                                   int64_t capacity);
 
-  // A free page id, or ResourceExhausted naming the capacity.
+  // A free page id, or ResourceExhausted naming the capacity. Its version changes.
   Result<int32_t> Allocate();
   void Free(int32_t page);
+  // Marks a page's contents as changed (copies of it elsewhere are stale).
+  void Touch(int32_t page) { ++version_[page]; }
+  // Changes whenever the page is written or re-allocated.
+  uint32_t version(int32_t page) const { return version_[page]; }
 
   const KvLayout& layout() const { return layout_; }
   int64_t capacity() const { return capacity_; }
@@ -36,6 +40,7 @@ class PagePool {
   int64_t peak_used_ = 0;
   Tensor k_, v_, positions_;
   std::vector<int32_t> free_;  // a stack; low ids handed out first
+  std::vector<uint32_t> version_;
 };
 
 }  // namespace icecache

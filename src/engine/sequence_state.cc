@@ -1,0 +1,43 @@
+#include "engine/sequence_state.h"
+
+namespace icecache {
+
+KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
+  KvStats s;
+  s.policy = kv.Describe();
+  s.decode_steps = acct.steps;
+  s.sparse_layers = index ? n_layers - std::min(n_layers, kv.dense_layers) : 0;
+  s.dense_layers = n_layers - s.sparse_layers;
+  s.host_kv_bytes = seq.num_pages() * seq.layout().page_bytes();
+  s.working_set_bytes = working_set ? working_set->bytes() : 0;
+  s.index_bytes = index ? index->MemoryBytes() : 0;
+  if (acct.steps == 0) return s;
+  const double steps = static_cast<double>(acct.steps);
+  if (acct.sparse_layer_steps > 0) {
+    s.tokens_attended =
+        acct.tokens_sparse / (static_cast<double>(acct.sparse_layer_steps) * n_kv_heads);
+    s.nodes_visited =
+        static_cast<double>(acct.nodes) / (static_cast<double>(acct.sparse_layer_steps) * n_kv_heads);
+  }
+  if (acct.dense_layer_steps > 0) {
+    s.tokens_attended_dense =
+        acct.tokens_dense / (static_cast<double>(acct.dense_layer_steps) * n_kv_heads);
+  }
+  s.context_tokens = acct.context / steps;
+  if (working_set) {
+    const WorkingSetCounters& now = working_set->counters();
+    const WorkingSetCounters& a = acct.ws_start;
+    s.pages_fetched = static_cast<double>(now.pages_fetched - a.pages_fetched) / steps;
+    s.bytes_fetched = static_cast<double>(now.bytes_fetched - a.bytes_fetched) / steps;
+    const int64_t lookups = now.lookups - a.lookups;
+    s.hit_rate = lookups > 0 ? static_cast<double>(now.hits - a.hits) / lookups : 0;
+  }
+  s.select_seconds = acct.select_s / steps;
+  s.fetch_seconds = acct.fetch_s / steps;
+  s.attend_seconds = acct.attend_s / steps;
+  s.other_seconds =
+      std::max(0.0, (acct.total_s - acct.select_s - acct.fetch_s - acct.attend_s) / steps);
+  return s;
+}
+
+}  // namespace icecache

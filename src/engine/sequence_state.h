@@ -1,0 +1,48 @@
+// A sequence as the engine keeps it: its KV pages, the tokens they hold, its KV policy with the
+// policy's index and working set, and the accounting of its decode steps.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "icecache/engine.h"
+#include "index/policy.h"
+#include "kv/kv_sequence.h"
+#include "kv/working_set.h"
+
+namespace icecache {
+
+// Sums over decode steps; KvStats holds their per-step averages.
+struct KvAccounting {
+  int64_t steps = 0;
+  int64_t sparse_layer_steps = 0;  // (layer, step) pairs that attended a selection
+  int64_t dense_layer_steps = 0;
+  double tokens_sparse = 0;  // tokens attended, summed over (layer, KV head, step), sparse
+  double tokens_dense = 0;   // the same for dense layers
+  double context = 0;        // sequence length, summed over steps
+  int64_t nodes = 0;
+  double select_s = 0, fetch_s = 0, attend_s = 0, total_s = 0;
+  WorkingSetCounters ws_start;  // working-set counters when accounting began
+};
+
+struct SequenceState {
+  SequenceState(PagePool* pool, KvConfig config) : seq(pool), kv(std::move(config)) {}
+  KvSequence seq;
+  std::vector<int32_t> history;  // tokens whose KV `seq` holds
+  KvConfig kv;
+  std::unique_ptr<SequenceIndex> index;  // null for the full policy
+  std::unique_ptr<WorkingSet> working_set;
+  KvAccounting acct;
+
+  bool sparse() const { return index != nullptr; }
+  // Starts a new accounting period (one request).
+  void ResetAccounting() {
+    acct = KvAccounting();
+    if (working_set) acct.ws_start = working_set->counters();
+  }
+  // Per-step averages of the current period.
+  KvStats Stats(int n_layers, int n_kv_heads) const;
+};
+
+}  // namespace icecache

@@ -1,0 +1,44 @@
+// Sparse decode attention: for each sequence of a decode step and each layer, the sequence's
+// policy selects pages per KV head (select), the working set brings missing pages in with one
+// batched copy (fetch), and attention runs over exactly the selected pages in the working set
+// (attend). Sequences without a policy ("full") and the first kv.dense_layers layers attend
+// every page of the host tier. Time and work are charged to each sequence's accounting.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/layer_attention.h"
+#include "engine/sequence_state.h"
+#include "model/model_config.h"
+
+namespace icecache {
+
+class SparseAttention : public LayerAttention {
+ public:
+  SparseAttention(Backend* backend, const ModelConfig& config);
+
+  // The sequences of the next forward pass, in batch order (one decode token each).
+  void SetBatch(std::span<SequenceState* const> states) { states_ = states; }
+
+  Status Prepare(const StepContext& step) override;
+  Status Attend(int layer, const Tensor& q, const Tensor& out) override;
+
+ private:
+  // Attention of one sequence's token over a page table built from `lists` (one list per KV
+  // head) in `pool`.
+  Status AttendOne(const Tensor& q, const Tensor& out, int64_t token,
+                   const std::vector<std::vector<PageRef>>& lists, const KvPoolView& pool);
+
+  Backend* backend_;
+  ModelConfig config_;
+  std::span<SequenceState* const> states_;
+  Tensor positions_;
+  std::vector<std::vector<PageRef>> selected_, mapped_;
+  std::vector<std::vector<int32_t>> token_slots_;
+  std::vector<int32_t> table_;  // host staging: indptr | indices | lens
+  Tensor table_dev_, q_host_, pos_host_, row_base_;
+};
+
+}  // namespace icecache

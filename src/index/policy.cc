@@ -1,0 +1,29 @@
+#include "index/policy.h"
+
+#include "index/policies.h"
+
+namespace icecache {
+
+SelectionLimits LimitsFor(const KvConfig& config) {
+  SelectionLimits l;
+  l.budget = config.budget;
+  const int p = config.page_size;
+  // Semantic pages may be partly filled: allow twice the pages full pages would need.
+  l.max_pages = 2 * ((config.budget + p - 1) / p) + 4;
+  l.sink = config.ResolvedSink();
+  l.window = config.ResolvedWindow();
+  return l;
+}
+
+Result<std::unique_ptr<SequenceIndex>> MakeSequenceIndex(const IndexContext& context) {
+  const std::string& p = context.config.policy;
+  if (p == "full") return std::unique_ptr<SequenceIndex>();
+  if (p == "streaming") return MakeStreamingIndex(context);
+  if (p == "quest") return MakeQuestIndex(context);
+  if (p == "oracle") return MakeOracleIndex(context);
+  if (p == "icecache") return MakeIceCacheIndex(context);
+  if (p == "lychee") return MakeLycheeIndex(context);
+  return InvalidArgument("unknown KV policy '" + p + "'");
+}
+
+}  // namespace icecache

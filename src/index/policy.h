@@ -1,0 +1,81 @@
+// Selection policies: which pages of a sequence each decode step attends to.
+//
+// A policy keeps a SequenceIndex per sequence. The index sees keys as they are appended
+// (prefill chunks and decode tokens, through OnAppend) and, once per decode step and layer,
+// that layer's queries (Select); it returns, per KV head, an ordered list of pages within the
+// budget. The query heads of a GQA group share one selection. Storage stays apart from search:
+// an index reads keys from the sequence's pages and may re-arrange the pages before the tail
+// (KvSequence::ReplaceHead), but never owns K/V.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "icecache/kv_config.h"
+#include "kv/kv_sequence.h"
+
+namespace icecache {
+
+class Tokenizer;
+
+// What a step may attend per (layer, KV head).
+struct SelectionLimits {
+  int budget = 0;     // tokens, sink and window included
+  int max_pages = 0;  // pages (semantic pages may be partly filled)
+  int sink = 0;       // tokens at the start, always attended
+  int window = 0;     // most recent tokens, always attended
+};
+
+struct IndexContext {
+  KvConfig config;
+  KvLayout layout;
+  int n_heads = 0;  // query heads
+  SelectionLimits limits;
+  const Tokenizer* tokenizer = nullptr;  // for boundary-aware chunking (may be null)
+};
+
+// Work an index did for one Select call (summed over the KV heads of the call).
+struct SelectionStats {
+  int64_t nodes_visited = 0;  // tree nodes, clusters, chunks or pages whose bound was computed
+  int64_t keys_scored = 0;    // exact q.k products
+};
+
+class SequenceIndex {
+ public:
+  virtual ~SequenceIndex() = default;
+
+  // Tokens [first, seq.length()) were appended to every layer (their K/V are in the pages);
+  // `tokens` are their ids. Called after every forward pass.
+  virtual Status OnAppend(KvSequence& seq, int64_t first, std::span<const int32_t> tokens) = 0;
+
+  // Pages to attend at this decode step of `layer`. `q` holds the layer's n_heads query
+  // vectors (after RoPE, f32, host memory). For each KV head h, out[h] receives an ordered list
+  // whose tokens total at most limits.budget in at most limits.max_pages pages; every listed
+  // page belongs to (layer, h). Sink and window pages come first and last.
+  virtual void Select(const KvSequence& seq, int layer, const float* q,
+                      std::span<std::vector<PageRef>> out, SelectionStats* stats) = 0;
+
+  // Token-level policies (oracle per token) choose single tokens instead of pages: they
+  // answer true here and implement SelectTokens, which lists for each KV head the host slots
+  // (page * page_size + offset) of at most limits.budget tokens. The attention gathers them.
+  virtual bool token_level() const { return false; }
+  virtual void SelectTokens(const KvSequence& seq, int layer, const float* q,
+                            std::span<std::vector<int32_t>> slots, SelectionStats* stats) {}
+
+  // Called after the sequence was truncated (only tail tokens are ever dropped).
+  virtual void OnTruncate(const KvSequence& seq) {}
+
+  // Bytes of index metadata (not K/V).
+  virtual int64_t MemoryBytes() const = 0;
+};
+
+// The limits a config implies (budget, page count, resolved sink and window).
+SelectionLimits LimitsFor(const KvConfig& config);
+
+// The index of `context.config.policy` ("full" has none: returns nullptr).
+Result<std::unique_ptr<SequenceIndex>> MakeSequenceIndex(const IndexContext& context);
+
+}  // namespace icecache
