@@ -62,9 +62,9 @@ std::string KvStatsText(const KvStats& s) {
       s.policy, s.decode_steps, s.context_tokens, s.sparse_layers, s.dense_layers,
       s.tokens_attended, s.tokens_attended_dense, s.nodes_visited, HumanBytes(s.index_bytes),
       s.pages_fetched, HumanBytes(static_cast<int64_t>(s.bytes_fetched)), 100.0 * s.hit_rate,
-      HumanBytes(s.host_kv_bytes), HumanBytes(s.working_set_bytes), ms(step),
-      ms(s.select_seconds), pct(s.select_seconds), ms(s.fetch_seconds), pct(s.fetch_seconds),
-      ms(s.attend_seconds), pct(s.attend_seconds), ms(s.other_seconds), pct(s.other_seconds));
+      HumanBytes(s.host_kv_bytes), HumanBytes(s.working_set_bytes), ms(step), ms(s.select_seconds),
+      pct(s.select_seconds), ms(s.fetch_seconds), pct(s.fetch_seconds), ms(s.attend_seconds),
+      pct(s.attend_seconds), ms(s.other_seconds), pct(s.other_seconds));
 }
 
 nlohmann::json ModelInfoToJson(const ModelInfo& i) {

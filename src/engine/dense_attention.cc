@@ -70,8 +70,8 @@ Status DenseAttention::Prepare(const StepContext& step) {
     const int64_t n = config_.n_layers;
     ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(src, dst, n, (rows + 1) * 4, pitch, pitch));
     if (max_used > 0) {
-      ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(src + IndicesAt() * 4, dst + IndicesAt() * 4,
-                                                    n, max_used * 4, pitch, pitch));
+      ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(src + IndicesAt() * 4, dst + IndicesAt() * 4, n,
+                                                    max_used * 4, pitch, pitch));
       ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(src + LensAt() * 4, dst + LensAt() * 4, n,
                                                     max_used * 4, pitch, pitch));
     }

@@ -17,8 +17,7 @@ class DenseAttention : public LayerAttention {
  public:
   // `max_rows`: page-table rows per layer (sequences x KV heads); `max_entries`: pages listed
   // per layer at most.
-  static Result<std::unique_ptr<DenseAttention>> Create(Backend* backend,
-                                                        const ModelConfig& config,
+  static Result<std::unique_ptr<DenseAttention>> Create(Backend* backend, const ModelConfig& config,
                                                         int64_t max_rows, int64_t max_entries);
 
   Status Prepare(const StepContext& step) override;

@@ -6,8 +6,8 @@
 
 #include "core/process.h"
 #include "engine/generation.h"
-#include "engine/sparse_attention.h"
 #include "engine/sampler.h"
+#include "engine/sparse_attention.h"
 #include "engine/stop_matcher.h"
 #include "model/arch/arch.h"
 
@@ -268,10 +268,9 @@ Result<std::vector<GenerateResult>> EngineImpl::RunBatch(std::span<SequenceState
     st.cached_tokens = static_cast<int64_t>(common);
     st.kv_bytes_per_token = info_.kv_bytes_per_token;
     const double t0 = NowSeconds();
-    ICECACHE_ASSIGN_OR_RETURN(
-        gens[i].logits(),
-        Prefill(state, std::span<const int32_t>(prompts[i]).subspan(common),
-                callbacks != nullptr ? *callbacks : GenerateCallbacks{}));
+    ICECACHE_ASSIGN_OR_RETURN(gens[i].logits(),
+                              Prefill(state, std::span<const int32_t>(prompts[i]).subspan(common),
+                                      callbacks != nullptr ? *callbacks : GenerateCallbacks{}));
     st.prefill_seconds = NowSeconds() - t0;
     if (st.prefill_seconds > 0) {
       st.prefill_tokens_per_second =
@@ -410,8 +409,8 @@ Result<std::unique_ptr<SequenceState>> EngineImpl::NewState(const KvConfig* kv) 
         state->index->token_level() ? (config.budget + config.page_size - 1) / config.page_size : 0;
     ICECACHE_ASSIGN_OR_RETURN(
         state->working_set,
-        WorkingSet::Create(*backend_, pool_->layout(), info_.n_layers * info_.n_kv_heads,
-                           capacity, scratch));
+        WorkingSet::Create(*backend_, pool_->layout(), info_.n_layers * info_.n_kv_heads, capacity,
+                           scratch));
   }
   return state;
 }
@@ -422,7 +421,8 @@ Result<std::unique_ptr<SequenceState>> EngineImpl::ForkState(const SequenceState
     for (int h = 0; h < info_.n_kv_heads; ++h) {
       if (state.seq.tail_index(l, h) != 0 && kv.policy != state.kv.policy) {
         return Unsupported("fork: this session's pages were re-arranged by policy '" +
-                           state.kv.policy + "'; fork from a session that keeps pages in "
+                           state.kv.policy +
+                           "'; fork from a session that keeps pages in "
                            "position order (e.g. policy full)");
       }
     }

@@ -16,8 +16,8 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
   if (acct.sparse_layer_steps > 0) {
     s.tokens_attended =
         acct.tokens_sparse / (static_cast<double>(acct.sparse_layer_steps) * n_kv_heads);
-    s.nodes_visited =
-        static_cast<double>(acct.nodes) / (static_cast<double>(acct.sparse_layer_steps) * n_kv_heads);
+    s.nodes_visited = static_cast<double>(acct.nodes) /
+                      (static_cast<double>(acct.sparse_layer_steps) * n_kv_heads);
   }
   if (acct.dense_layer_steps > 0) {
     s.tokens_attended_dense =

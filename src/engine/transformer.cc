@@ -170,10 +170,10 @@ Result<Tensor> Transformer::Forward(const ForwardInput& in) {
   LayerAttention& attention = in.attention != nullptr ? *in.attention : *dense_;
   StepContext step{in.seqs, in.counts, start, n, Tensor(), Tensor()};
   // Views into the fixed [4][max_tokens] layout (see StageInputs).
-  step.positions = Tensor(inputs_.data_as<int32_t>() + max_tokens_, DType::kI32, {n},
-                          backend_->device());
-  step.row_base = Tensor(inputs_.data_as<int32_t>() + 2 * max_tokens_, DType::kI32, {n},
-                         backend_->device());
+  step.positions =
+      Tensor(inputs_.data_as<int32_t>() + max_tokens_, DType::kI32, {n}, backend_->device());
+  step.row_base =
+      Tensor(inputs_.data_as<int32_t>() + 2 * max_tokens_, DType::kI32, {n}, backend_->device());
   if (Status st = attention.Prepare(step); !st.ok()) return undo(st);
   if (Status st = RunLayers(in, n, *n_rows, attention); !st.ok()) return undo(st);
   if (*n_rows == 0) return Tensor();

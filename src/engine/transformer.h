@@ -48,9 +48,9 @@ class Transformer {
   // Forward call and up to `max_seqs` sequences whose pages come from a pool of
   // `pool_capacity` pages. The weights' storage must outlive the Transformer.
   static Result<std::unique_ptr<Transformer>> Create(const ModelConfig& config,
-                                                     const ModelWeights& weights,
-                                                     Backend* backend, int max_tokens,
-                                                     int max_seqs, int64_t pool_capacity);
+                                                     const ModelWeights& weights, Backend* backend,
+                                                     int max_tokens, int max_seqs,
+                                                     int64_t pool_capacity);
 
   // Appends each sequence's tokens (at its next positions) and runs the model. On success the
   // returned host f32 tensor [rows, vocab] holds the requested logits; it stays valid until the

@@ -15,13 +15,14 @@ namespace {
 
 class OracleIndex : public SequenceIndex {
  public:
-  explicit OracleIndex(const IndexContext& c) : c_(c), per_token_(c.config.oracle_unit == "token") {}
+  explicit OracleIndex(const IndexContext& c)
+      : c_(c), per_token_(c.config.oracle_unit == "token") {}
 
   Status OnAppend(KvSequence&, int64_t, std::span<const int32_t>) override { return Status::Ok(); }
   bool token_level() const override { return per_token_; }
 
-  void Select(const KvSequence& seq, int layer, const float* q,
-              std::span<std::vector<PageRef>> out, SelectionStats* stats) override {
+  void Select(const KvSequence& seq, int layer, const float* q, std::span<std::vector<PageRef>> out,
+              SelectionStats* stats) override {
     KeyReader keys(seq.pool().view());
     for (int h = 0; h < c_.layout.n_kv_heads; ++h) {
       out[h].clear();

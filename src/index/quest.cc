@@ -22,8 +22,8 @@ class QuestIndex : public SequenceIndex {
     return Status::Ok();  // bounds are computed lazily and refreshed when a page changes
   }
 
-  void Select(const KvSequence& seq, int layer, const float* q,
-              std::span<std::vector<PageRef>> out, SelectionStats* stats) override {
+  void Select(const KvSequence& seq, int layer, const float* q, std::span<std::vector<PageRef>> out,
+              SelectionStats* stats) override {
     const int d = c_.layout.head_dim;
     const int group = c_.n_heads / c_.layout.n_kv_heads;
     KeyReader keys(seq.pool().view());

@@ -10,12 +10,15 @@ ListRegions RegionsOf(const KvSequence& seq, int layer, int head, const Selectio
   ListRegions r;
   r.end = static_cast<int32_t>(pages.size());
   r.sink_end = std::min<int32_t>(r.end, (limits.sink + p - 1) / p);
-  const int64_t window_start = std::max<int64_t>(0, seq.length() - limits.window);
+  // The window: the newest tail pages that together hold at most `window` tokens (whole
+  // pages, so the budget is never exceeded).
   const int32_t tail = seq.tail_index(layer, head);
-  const int64_t tail_pos = seq.tail_pos(layer, head);
-  int32_t wb = tail;
-  if (window_start > tail_pos) wb = tail + static_cast<int32_t>((window_start - tail_pos) / p);
-  r.window_begin = std::clamp(wb, r.sink_end, r.end);
+  int32_t wb = r.end;
+  int64_t tokens = 0;
+  while (wb > std::max(tail, r.sink_end) && tokens + pages[wb - 1].len <= limits.window) {
+    tokens += pages[--wb].len;
+  }
+  r.window_begin = wb;
   for (int32_t i = 0; i < r.sink_end; ++i) r.sink_tokens += pages[i].len;
   for (int32_t i = r.window_begin; i < r.end; ++i) r.window_tokens += pages[i].len;
   return r;

@@ -9,9 +9,7 @@ namespace {
 class StreamingIndex : public SequenceIndex {
  public:
   explicit StreamingIndex(const IndexContext& c) : c_(c) {}
-  Status OnAppend(KvSequence&, int64_t, std::span<const int32_t>) override {
-    return Status::Ok();
-  }
+  Status OnAppend(KvSequence&, int64_t, std::span<const int32_t>) override { return Status::Ok(); }
   void Select(const KvSequence& seq, int layer, const float*, std::span<std::vector<PageRef>> out,
               SelectionStats*) override {
     const SelectionLimits& lim = c_.limits;

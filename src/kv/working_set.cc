@@ -25,9 +25,7 @@ Result<std::unique_ptr<WorkingSet>> WorkingSet::Create(Backend& backend, const K
   return ws;
 }
 
-int64_t WorkingSet::bytes() const {
-  return slots_->capacity() * slots_->layout().page_bytes();
-}
+int64_t WorkingSet::bytes() const { return slots_->capacity() * slots_->layout().page_bytes(); }
 
 void WorkingSet::Map(int group, std::span<const PageRef> pages, const PagePool& host,
                      std::vector<PageRef>* out) {
@@ -83,7 +81,8 @@ Status WorkingSet::Gather(int group, std::span<const int32_t> host_slots, const 
   const int64_t row = RowBytes(l.dtype, l.head_dim);
   for (size_t i = 0; i < host_slots.size(); ++i) {
     const int64_t from = host_slots[i];
-    const int64_t to = static_cast<int64_t>(SlotPage(group, capacity_)) * p + static_cast<int64_t>(i);
+    const int64_t to =
+        static_cast<int64_t>(SlotPage(group, capacity_)) * p + static_cast<int64_t>(i);
     std::memcpy(static_cast<char*>(dst.k) + to * row, static_cast<const char*>(src.k) + from * row,
                 row);
     std::memcpy(static_cast<char*>(dst.v) + to * row, static_cast<const char*>(src.v) + from * row,
