@@ -1,5 +1,7 @@
 #include "tokenizer/chat_template.h"
 
+#include <ctime>
+
 #include "tokenizer/utf8.h"
 
 namespace icecache {
@@ -96,6 +98,26 @@ Status CheckRoles(const std::vector<ChatMessage>& messages) {
   return Status::Ok();
 }
 
+// The text after `marker` up to the next backslash or double quote (a Jinja string literal's
+// content, e.g. the "December 2023" of "Cutting Knowledge Date: December 2023\n").
+std::string QuotedAfter(std::string_view text, std::string_view marker) {
+  const size_t at = text.find(marker);
+  if (at == std::string_view::npos) return "";
+  const size_t begin = at + marker.size();
+  const size_t end = text.find_first_of("\\\"", begin);
+  return std::string(text.substr(begin, end == std::string_view::npos ? 0 : end - begin));
+}
+
+// Today's date as strftime("%d %b %Y") writes it (what transformers' strftime_now gives).
+std::string Today() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%d %b %Y", &tm);
+  return buf;
+}
+
 Status AlternationError(size_t i) {
   return InvalidArgument("chat template: message " + std::to_string(i) +
                          ": roles must alternate user/assistant/user/assistant/...");
@@ -110,10 +132,19 @@ Result<ChatTemplate> ChatTemplate::FromJinja(std::string_view jinja, std::string
                 ChatMlDefaultSystem(jinja));
   }
   if (jinja.find("<|start_header_id|>") != std::string_view::npos) {
-    if (jinja.find("Cutting Knowledge Date") != std::string_view::npos) {
-      return Unsupported(
-          "chat template: Llama-3.1-style template (date and tools system preamble) is not "
-          "supported; only the Llama-3 header form is");
+    if (jinja.find("Cutting Knowledge Date: ") != std::string_view::npos) {
+      ChatTemplate t = Make(ChatFormat::kLlama31, std::move(bos_token), std::move(eos_token));
+      t.knowledge_date_ = QuotedAfter(jinja, "Cutting Knowledge Date: ");
+      // Llama 3.2 asks for today's date when the renderer offers strftime_now (transformers
+      // does); Llama 3.1 writes a fixed date.
+      if (jinja.find("strftime_now") == std::string_view::npos) {
+        t.fixed_date_ = QuotedAfter(jinja, "set date_string = \"");
+        if (t.fixed_date_.empty()) t.fixed_date_ = "26 Jul 2024";
+      }
+      if (t.knowledge_date_.empty()) {
+        return Unsupported("chat template: Llama-3.1 form without a readable knowledge date");
+      }
+      return t;
     }
     return Make(ChatFormat::kLlama3, std::move(bos_token), std::move(eos_token));
   }
@@ -160,6 +191,27 @@ Result<std::string> ChatTemplate::Apply(const std::vector<ChatMessage>& messages
       }
       if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       return out;
+    case ChatFormat::kLlama31: {
+      // The system header always comes first; a leading system message goes into it.
+      size_t first = 0;
+      std::string system;
+      if (!messages.empty() && messages[0].role == "system") {
+        system = PyStrip(messages[0].content);
+        first = 1;
+      }
+      out = bos_;
+      out.append("<|start_header_id|>system<|end_header_id|>\n\n");
+      out.append("Cutting Knowledge Date: ").append(knowledge_date_).append("\n");
+      out.append("Today Date: ").append(fixed_date_.empty() ? Today() : fixed_date_);
+      out.append("\n\n").append(system).append("<|eot_id|>");
+      for (size_t i = first; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        out.append("<|start_header_id|>").append(m.role).append("<|end_header_id|>\n\n");
+        out.append(PyStrip(m.content)).append("<|eot_id|>");
+      }
+      if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      return out;
+    }
     case ChatFormat::kLlama2: {
       // An optional leading system message goes into the first user turn.
       const bool has_system = messages[0].role == "system";

@@ -13,7 +13,9 @@
 
 namespace icecache {
 
-enum class ChatFormat { kChatMl, kLlama3, kLlama2, kMistral };
+// kLlama31: Llama 3.1 / 3.2 / 3.3 (a system header with the knowledge cut-off and today's date
+// always comes first).
+enum class ChatFormat { kChatMl, kLlama3, kLlama31, kLlama2, kMistral };
 
 class ChatTemplate {
  public:
@@ -40,6 +42,10 @@ class ChatTemplate {
   std::string bos_;
   std::string eos_;
   std::string default_system_;
+  // kLlama31: the cut-off line's date, and the date written into the template ("" when the
+  // template asks for today's date through strftime_now).
+  std::string knowledge_date_;
+  std::string fixed_date_;
 };
 
 }  // namespace icecache

@@ -433,6 +433,29 @@ LLAMA3_TEMPLATE = (
     "+ '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
     "{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant"
     "<|end_header_id|>\n\n' }}{% endif %}")
+LLAMA31_TEMPLATE = (
+    "{{- bos_token }}\n"
+    "{%- if custom_tools is defined %}\n    {%- set tools = custom_tools %}\n{%- endif %}\n"
+    "{%- if not tools_in_user_message is defined %}\n    {%- set tools_in_user_message = true %}\n"
+    "{%- endif %}\n"
+    "{%- if not date_string is defined %}\n    {%- set date_string = \"26 Jul 2024\" %}\n{%- endif %}\n"
+    "{%- if not tools is defined %}\n    {%- set tools = none %}\n{%- endif %}\n\n"
+    "{%- if messages[0]['role'] == 'system' %}\n"
+    "    {%- set system_message = messages[0]['content']|trim %}\n"
+    "    {%- set messages = messages[1:] %}\n{%- else %}\n    {%- set system_message = \"\" %}\n"
+    "{%- endif %}\n\n"
+    "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n"
+    "{%- if builtin_tools is defined or tools is not none %}\n"
+    "    {{- \"Environment: ipython\\n\" }}\n{%- endif %}\n"
+    "{{- \"Cutting Knowledge Date: December 2023\\n\" }}\n"
+    "{{- \"Today Date: \" + date_string + \"\\n\\n\" }}\n"
+    "{{- system_message }}\n{{- \"<|eot_id|>\" }}\n\n"
+    "{%- for message in messages %}\n"
+    "    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}\n"
+    "        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}\n"
+    "    {%- endif %}\n{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n{%- endif %}\n")
 LLAMA2_TEMPLATE = (
     "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
     "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}"
@@ -495,6 +518,9 @@ def make_chat_templates(model_path, out_dir):
         ("smollm2", smollm2, "<|im_start|>", "<|im_end|>"),
         ("qwen2.5", QWEN25_TEMPLATE, "", "<|im_end|>"),
         ("llama3", LLAMA3_TEMPLATE, "<|begin_of_text|>", "<|eot_id|>"),
+        # The tool-free core of Llama 3.1's template (written from its published structure;
+        # the tool-calling branches are left out).
+        ("llama3.1", LLAMA31_TEMPLATE, "<|begin_of_text|>", "<|eot_id|>"),
         ("llama2", LLAMA2_TEMPLATE, "<s>", "</s>"),
         ("mistral", MISTRAL_TEMPLATE, "<s>", "</s>"),
     ]
