@@ -29,7 +29,7 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DICECACHE_FUZZ=ON \
   -DICECACHE_SANITIZE=fuzzer-no-link,address,undefined \
-  -DICECACHE_BUILD_TESTS=OFF -DICECACHE_BUILD_BENCH=OFF >/dev/null
+  -DICECACHE_BUILD_TESTS=OFF -DICECACHE_BUILD_BENCH=OFF -DICECACHE_CUDA=OFF >/dev/null
 ninja -C "$build" -j "$jobs" make_fuzz_seeds "${targets[@]}"
 
 seeds="$build/seeds"

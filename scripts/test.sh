@@ -17,7 +17,7 @@ ctest --test-dir build --output-on-failure -j"$(nproc)"
 
 echo "== parsers, loaders and tokenizers under ASan + UBSan"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DICECACHE_SANITIZE=address,undefined -DICECACHE_BUILD_BENCH=OFF >/dev/null
+  -DICECACHE_SANITIZE=address,undefined -DICECACHE_BUILD_BENCH=OFF -DICECACHE_CUDA=OFF >/dev/null
 ninja -C build-asan -j"$(nproc)" formats_tests tokenizer_tests model_tests
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 for t in formats_tests tokenizer_tests model_tests; do

@@ -28,12 +28,16 @@ struct EngineOptions {
   // A .gguf file, a Hugging Face model folder, or "default" (SmolLM2-135M-Instruct from the
   // model cache; see ResolveModelPath).
   std::string model = "default";
-  std::string device = "cpu";  // "cpu" (CUDA arrives with the CUDA backend)
+  std::string device = "cpu";  // "cpu" or "cuda"
   int threads = 0;             // CPU threads; 0: all hardware threads
   int context_size = 0;        // tokens per sequence; 0: the model's trained context length
   int prefill_chunk = 512;     // prompt tokens per forward pass
   int max_sequences = 1;       // sequences whose full context the KV pool must hold at once
   KvConfig kv;                 // KV policy of sequences that do not choose their own
+  // When set ("llama-3.1-8b", "llama-3.2-3b", "qwen2.5-7b", ...): instead of `model`, a
+  // random-weight model of that exact shape made in the device's memory, for speed
+  // measurements. It has no tokenizer: requests must give prompt_tokens.
+  std::string synthetic;
 };
 
 struct ModelInfo {

@@ -76,4 +76,27 @@ void Backend::CopyPages(const KvPoolView& src, const KvPoolView& dst, const Tens
   DoCopyPages(src, dst, src_ids, dst_ids);
 }
 
+void Backend::FillRandom(const Tensor& t, uint64_t seed, float scale, float offset) {
+  ICECACHE_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16);
+  DoFillRandom(t, seed, scale, offset);
+}
+
+void Backend::AddRmsNorm(const Tensor& a, const Tensor& inout, const Tensor& w, float eps,
+                         const Tensor& out) {
+  ICECACHE_CHECK(a.numel() == inout.numel());
+  ICECACHE_CHECK(inout.cols() == w.numel() && SameShape(inout, out));
+  DoAddRmsNorm(a, inout, w, eps, out);
+}
+
+void Backend::RopeWriteKv(const Tensor& inv_freq, const Tensor& q, const KvWriteArgs& args) {
+  ICECACHE_CHECK(q.ndim() == 3 && q.dim(0) == args.k.dim(0) && q.dim(2) == args.k.dim(2));
+  ICECACHE_CHECK(args.positions.dtype() == DType::kI32 && inv_freq.dtype() == DType::kF32);
+  ICECACHE_CHECK(inv_freq.numel() * 2 == q.dim(2));
+  ICECACHE_CHECK(args.k.ndim() == 3 && SameShape(args.k, args.v));
+  ICECACHE_CHECK(args.k.dim(2) == args.pool.head_dim);
+  ICECACHE_CHECK(args.slots.numel() == args.k.dim(0) * args.k.dim(1));
+  ICECACHE_CHECK(args.positions.numel() == args.k.dim(0));
+  DoRopeWriteKv(inv_freq, q, args);
+}
+
 }  // namespace icecache

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -42,6 +43,17 @@ struct AttentionArgs {
   float scale = 1.0f;
   // When true, a key is used only if its position <= the query's position.
   bool causal = true;
+};
+
+// Per-row parameters of Backend::SampleTokens (the subset of SamplingParams a device sampler
+// implements: no repetition penalty, which needs the host-side history).
+struct SampleRowParams {
+  float temperature = 0.0f;  // <= 0: greedy (argmax, ties to the lowest id)
+  int top_k = 0;             // 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  uint64_t seed = 0;
+  uint64_t step = 0;  // draw counter: (seed, step) selects the random number of this row
 };
 
 class Backend {
@@ -81,6 +93,21 @@ class Backend {
   // Waits for queued work (no-op on the CPU).
   virtual void Synchronize() {}
 
+  // Runs `body` (backend ops only, at fixed addresses) for a step whose shape and buffers are
+  // named by `key`. A backend with graphs (CUDA) runs the first step of a key eagerly, captures
+  // the second and replays the capture from then on without calling `body`: everything a
+  // captured step reads that changes between steps must live in backend memory. Others just
+  // call `body`.
+  virtual Status RunGraph(uint64_t key, const std::function<Status()>& body) { return body(); }
+
+  // Samples one token per row of `logits` (f32 [rows, vocab], backend memory) on the device and
+  // writes the ids to `out` (host memory, `rows` entries): only the ids cross to the host.
+  // Unsupported on backends without a device sampler (the caller samples on the host).
+  virtual Status SampleTokens(const Tensor& logits, std::span<const SampleRowParams> params,
+                              std::span<int32_t> out) {
+    return Unsupported("this backend has no device sampler");
+  }
+
   // y[n, m] = x[n, k] * w[m, k]^T (+ bias[m]).
   void MatMul(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y);
   // out[i, :] = table[ids[i], :] (dequantized).
@@ -102,6 +129,18 @@ class Backend {
   // memory. The working-set fetch and sequence forks use it.
   void CopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
                  const Tensor& dst_ids);
+  // Fills `t` (f32 or bf16, backend memory) with offset + scale * u_i, u_i uniform in [-1, 1)
+  // from a counter-based generator: element i depends only on (seed, i), so every backend
+  // fills the same values (synthetic models).
+  void FillRandom(const Tensor& t, uint64_t seed, float scale, float offset);
+
+  // Fused forms of op sequences (the defaults run the sequence; a backend may fuse them).
+  // inout += a, then out = RmsNorm(inout, w). `out` may alias `a`.
+  void AddRmsNorm(const Tensor& a, const Tensor& inout, const Tensor& w, float eps,
+                  const Tensor& out);
+  // Rope(positions, inv_freq, q), Rope(positions, inv_freq, args.k), then WriteKv(args), with
+  // positions = args.positions.
+  void RopeWriteKv(const Tensor& inv_freq, const Tensor& q, const KvWriteArgs& args);
 
  protected:
   virtual void DoMatMul(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) = 0;
@@ -114,6 +153,17 @@ class Backend {
   virtual void DoAttention(const AttentionArgs& args) = 0;
   virtual void DoCopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
                            const Tensor& dst_ids) = 0;
+  virtual void DoFillRandom(const Tensor& t, uint64_t seed, float scale, float offset) = 0;
+  virtual void DoAddRmsNorm(const Tensor& a, const Tensor& inout, const Tensor& w, float eps,
+                            const Tensor& out) {
+    DoAdd(a, inout);
+    DoRmsNorm(inout, w, eps, out);
+  }
+  virtual void DoRopeWriteKv(const Tensor& inv_freq, const Tensor& q, const KvWriteArgs& args) {
+    DoRope(args.positions, inv_freq, q);
+    DoRope(args.positions, inv_freq, args.k);
+    DoWriteKv(args);
+  }
 };
 
 struct CpuBackendOptions {
@@ -121,5 +171,24 @@ struct CpuBackendOptions {
 };
 // The reference backend. Never fails to construct.
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options);
+
+struct CudaBackendOptions {
+  int device = 0;  // CUDA device ordinal
+};
+// The CUDA backend (bf16 weights and activations, f32 accumulation). Unsupported in builds
+// without CUDA or when no usable GPU is present (the message says which).
+Result<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options);
+
+// The element i of FillRandom's sequence for `seed`: a value in [-1, 1) (exact in f32). Every
+// backend computes fma(scale, RandomUnit(seed, i), offset) from it, rounded once to f32.
+inline float RandomUnit(uint64_t seed, uint64_t i) {
+  uint64_t z = seed * 0x9e3779b97f4a7c15ull + i + 0x632be59bd9b4e019ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  // 24 random bits -> [-2^23, 2^23) * 2^-23.
+  return static_cast<float>(static_cast<int64_t>(z >> 40) - (int64_t{1} << 23)) *
+         (1.0f / 8388608.0f);
+}
 
 }  // namespace icecache

@@ -1,16 +1,20 @@
 // icecache bench: prefill and decode speed at several context lengths on the real path
-// (Engine::Generate with a pre-tokenized prompt, greedy decoding, EOS ignored).
+// (Engine::GenerateBatch with pre-tokenized prompts, greedy decoding, EOS ignored). With
+// --batch N, N sequences are prefilled one after another and then decode in lockstep.
+// Synthetic models (--synthetic) get seeded random token ids instead of tokenized text.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <sstream>
 
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "cli/demo_document.h"
 #include "cli/options.h"
 #include "cli/stats_json.h"
+#include "engine/engine_impl.h"
+#include "eval/demo_document.h"
 
 namespace icecache::cli {
 
@@ -21,8 +25,34 @@ struct BenchArgs {
   std::string contexts = "512,2048,8192";
   int decode = 32;
   int repeats = 3;
+  int batch = 1;
+  bool shared_prompt = false;
   bool json = false;
 };
+
+// --shared-prompt: one sequence is prefilled, then forked (a device copy of its KV) into the
+// batch, which decodes in lockstep. Decode at batch N without N long prefills. Uses the
+// engine's internal state API (EngineImpl) until the public API has batched sessions.
+Result<std::vector<GenerateResult>> RunSharedPrompt(Engine& engine, const GenerateRequest& req,
+                                                    int batch, double* prefill_tps) {
+  auto* impl = dynamic_cast<EngineImpl*>(&engine);
+  if (impl == nullptr) return Internal("--shared-prompt needs the built-in engine");
+  ICECACHE_ASSIGN_OR_RETURN(auto base, impl->NewState(nullptr));
+  GenerateRequest prefill_only = req;
+  prefill_only.max_tokens = 0;
+  ICECACHE_ASSIGN_OR_RETURN(GenerateResult first, impl->RunOn(*base, prefill_only, {}));
+  *prefill_tps = first.stats.prefill_tokens_per_second;
+  std::vector<std::unique_ptr<SequenceState>> owned;
+  std::vector<SequenceState*> states = {base.get()};
+  for (int i = 1; i < batch; ++i) {
+    ICECACHE_ASSIGN_OR_RETURN(auto fork, impl->ForkState(*base, base->kv));
+    states.push_back(fork.get());
+    owned.push_back(std::move(fork));
+  }
+  // Every state holds the prompt: each re-feeds only its last token, then all decode together.
+  const std::vector<GenerateRequest> reqs(static_cast<size_t>(batch), req);
+  return impl->RunBatch(states, reqs, nullptr);
+}
 
 Result<std::vector<int>> ParseContexts(const std::string& s) {
   std::vector<int> out;
@@ -64,53 +94,92 @@ int Run(const BenchArgs& a) {
   if (eo.context_size <= max_ctx) {
     return ReportError(InvalidArgument("--ctx-size must exceed the largest bench context"));
   }
+  eo.max_sequences = std::max(eo.max_sequences, a.batch);
   auto engine_or = Engine::Create(eo);
   if (!engine_or.ok()) return ReportError(engine_or.status());
   Engine& engine = **engine_or;
 
-  // Real text as prompt tokens.
-  const std::string text = MakeFillerText(max_ctx, 1234);
-  auto tokens = engine.Tokenize(text, true, false);
-  if (!tokens.ok()) return ReportError(tokens.status());
-  if (static_cast<int>(tokens->size()) < max_ctx) {
-    return ReportError(Internal("filler text too short for the benchmark"));
+  std::vector<int32_t> tokens;
+  if (!eo.synthetic.empty()) {
+    // No tokenizer: seeded random ids (the speed of a step does not depend on them).
+    std::mt19937 rng(1234);
+    std::uniform_int_distribution<int32_t> id(0, engine.info().vocab - 1);
+    tokens.resize(static_cast<size_t>(max_ctx));
+    for (int32_t& t : tokens) t = id(rng);
+  } else {
+    // Real text as prompt tokens.
+    const std::string text = MakeFillerText(max_ctx, 1234);
+    auto ids = engine.Tokenize(text, true, false);
+    if (!ids.ok()) return ReportError(ids.status());
+    if (static_cast<int>(ids->size()) < max_ctx) {
+      return ReportError(Internal("filler text too short for the benchmark"));
+    }
+    tokens = std::move(*ids);
   }
   if (!a.json) {
     std::printf("model %s (%s), %s\n", engine.info().name.c_str(), engine.info().path.c_str(),
                 engine.info().backend.c_str());
     std::printf(
-        "each context: prefill (context - %d) prompt tokens, then decode %d tokens; "
-        "median of %d runs\n\n",
-        a.decode, a.decode, a.repeats);
-    std::printf("| context | prompt tokens | prefill tok/s | decode tok/s | KV bytes |\n");
-    std::printf("|--------:|--------------:|--------------:|-------------:|---------:|\n");
+        "each context: %d sequence(s), each prefilled with (context - %d) prompt tokens, then "
+        "%d decode steps; median of %d runs\n\n",
+        a.batch, a.decode, a.decode, a.repeats);
+    std::printf(
+        "| context | batch | prompt tokens | prefill tok/s | decode ms/step | decode tok/s | "
+        "KV bytes |\n");
+    std::printf(
+        "|--------:|------:|--------------:|--------------:|---------------:|-------------:|"
+        "---------:|\n");
     std::fflush(stdout);
+  }
+  // One untimed pass of the same shape (short prompt): loads kernels, makes GEMM plans and
+  // captures the decode graph of this batch size, so the timed runs measure steady state.
+  {
+    GenerateRequest warm;
+    const int min_ctx = *std::min_element(contexts->begin(), contexts->end());
+    warm.prompt_tokens.assign(tokens.begin(), tokens.begin() + std::min(256, min_ctx - a.decode));
+    warm.max_tokens = 4;
+    warm.ignore_eos = true;
+    double unused = 0;
+    auto out = a.shared_prompt ? RunSharedPrompt(engine, warm, a.batch, &unused)
+                               : engine.GenerateBatch(std::vector<GenerateRequest>(a.batch, warm));
+    if (!out.ok()) return ReportError(out.status());
   }
   nlohmann::json rows = nlohmann::json::array();
   for (int ctx : *contexts) {
     GenerateRequest req;
-    req.prompt_tokens.assign(tokens->begin(), tokens->begin() + (ctx - a.decode));
+    req.prompt_tokens.assign(tokens.begin(), tokens.begin() + (ctx - a.decode));
     req.max_tokens = a.decode + 1;  // the last sampled token needs no forward pass
     req.ignore_eos = true;
+    const std::vector<GenerateRequest> reqs(static_cast<size_t>(a.batch), req);
     std::vector<double> prefill, decode;
     int64_t kv = 0;
     for (int r = 0; r < a.repeats; ++r) {
-      auto out = engine.Generate(req);
+      double shared_tps = 0;
+      auto out = a.shared_prompt ? RunSharedPrompt(engine, req, a.batch, &shared_tps)
+                                 : engine.GenerateBatch(reqs);
       if (!out.ok()) return ReportError(out.status());
-      prefill.push_back(out->stats.prefill_tokens_per_second);
-      decode.push_back(out->stats.decode_tokens_per_second);
-      kv = out->stats.kv_bytes;
+      double p = 0;
+      for (const GenerateResult& g : *out) p += g.stats.prefill_tokens_per_second;
+      prefill.push_back(a.shared_prompt ? shared_tps : p / static_cast<double>(out->size()));
+      // Steps per second of the shared lockstep decode (every sequence advances per step).
+      decode.push_back(out->front().stats.decode_tokens_per_second);
+      kv = 0;
+      for (const GenerateResult& g : *out) kv += g.stats.kv_bytes;
     }
     const double p = Median(prefill), d = Median(decode);
+    const double ms = d > 0 ? 1000.0 / d : 0.0;
     rows.push_back({{"context", ctx},
+                    {"batch", a.batch},
                     {"prompt_tokens", ctx - a.decode},
                     {"decode_tokens", a.decode},
                     {"prefill_tokens_per_second", p},
                     {"decode_tokens_per_second", d},
+                    {"decode_ms_per_step", ms},
+                    {"decode_tokens_per_second_all", d * a.batch},
                     {"kv_bytes", kv}});
     if (!a.json) {
-      std::printf("| %7d | %13d | %13.1f | %12.1f | %8s |\n", ctx, ctx - a.decode, p, d,
-                  HumanBytes(kv).c_str());
+      std::printf("| %7d | %5d | %13d | %13.1f | %14.3f | %12.1f | %8s |\n", ctx, a.batch,
+                  ctx - a.decode, p, ms, d * a.batch, HumanBytes(kv).c_str());
       std::fflush(stdout);
     }
   }
@@ -137,6 +206,13 @@ Command AddBenchCommand(CLI::App& root) {
   app->add_option("--repeats", args->repeats, "runs per context (the median is reported)")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
+  app->add_option("--batch", args->batch,
+                  "sequences decoding in lockstep (each prefilled on its own first)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app->add_flag("--shared-prompt", args->shared_prompt,
+                "prefill one sequence and fork it into the batch (decode speed at large batches "
+                "without a prefill per sequence)");
   app->add_flag("--json", args->json, "print results as JSON");
   return {app, [args]() { return Run(*args); }};
 }

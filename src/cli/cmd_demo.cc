@@ -6,10 +6,10 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "cli/demo_document.h"
 #include "cli/options.h"
 #include "cli/progress.h"
 #include "cli/stats_json.h"
+#include "eval/demo_document.h"
 
 namespace icecache::cli {
 

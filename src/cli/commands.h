@@ -18,5 +18,6 @@ Command AddChatCommand(CLI::App& root);
 Command AddInspectCommand(CLI::App& root);
 Command AddBenchCommand(CLI::App& root);
 Command AddDemoCommand(CLI::App& root);
+Command AddEvalCommand(CLI::App& root);
 
 }  // namespace icecache::cli

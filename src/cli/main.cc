@@ -19,8 +19,8 @@ int main(int argc, char** argv) {
   });
   app.set_version_flag("--version", "icecache 0.1.0");
   std::vector<Command> commands = {AddGenerateCommand(app), AddChatCommand(app),
-                                   AddInspectCommand(app), AddBenchCommand(app),
-                                   AddDemoCommand(app)};
+                                   AddInspectCommand(app),  AddBenchCommand(app),
+                                   AddDemoCommand(app),     AddEvalCommand(app)};
   const bool known =
       argc > 1 && std::any_of(commands.begin(), commands.end(),
                               [&](const Command& c) { return c.app->check_name(argv[1]); });

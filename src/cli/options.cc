@@ -12,6 +12,7 @@ EngineOptions ModelOptions::ToEngineOptions() const {
   e.context_size = ctx_size;
   e.prefill_chunk = prefill_chunk;
   e.kv = kv;
+  e.synthetic = synthetic;
   return e;
 }
 
@@ -31,6 +32,10 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
   app.add_option("-m,--model", o->model,
                  "GGUF file, Hugging Face model folder, or 'default' (SmolLM2-135M-Instruct)")
       ->capture_default_str();
+  app.add_option("--synthetic", o->synthetic,
+                 "random-weight model of this shape instead of --model, for speed runs "
+                 "(llama-3.1-8b, llama-3.2-3b, qwen2.5-7b, smollm2-135m, tiny; no tokenizer: "
+                 "bench only)");
   app.add_option("--device", o->device, "cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();

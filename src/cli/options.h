@@ -17,6 +17,7 @@ struct ModelOptions {
   int ctx_size = 0;
   int prefill_chunk = 512;
   KvConfig kv;
+  std::string synthetic;  // a random-weight model of this shape instead of --model
 
   EngineOptions ToEngineOptions() const;
 };
@@ -33,7 +34,8 @@ struct SamplingOptions {
   SamplingParams ToParams() const;
 };
 
-// -m/--model, --device, --threads, --ctx-size, --prefill-chunk and the --kv-* options.
+// -m/--model, --synthetic, --device, --threads, --ctx-size, --prefill-chunk and the --kv-*
+// options.
 void AddModelOptions(CLI::App& app, ModelOptions* o);
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --seed.
 void AddSamplingOptions(CLI::App& app, SamplingOptions* o);

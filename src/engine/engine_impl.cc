@@ -10,8 +10,14 @@
 #include "engine/sparse_attention.h"
 #include "engine/stop_matcher.h"
 #include "model/arch/arch.h"
+#include "model/synthetic.h"
 
 namespace icecache {
+
+namespace {
+constexpr const char* kSyntheticNoText =
+    "a synthetic model (--synthetic) has no tokenizer: it takes token ids only (icecache bench)";
+}  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   ICECACHE_ASSIGN_OR_RETURN(auto impl, EngineImpl::Create(options));
@@ -30,12 +36,18 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
   if (options.device == "cpu") {
     e->backend_ = MakeCpuBackend({.threads = options.threads});
   } else if (options.device == "cuda") {
-    return Unsupported("device 'cuda': this build has no CUDA backend yet");
+    ICECACHE_ASSIGN_OR_RETURN(e->backend_, MakeCudaBackend({}));
   } else {
     return InvalidArgument("unknown device '" + options.device + "' (expected cpu or cuda)");
   }
-  ICECACHE_ASSIGN_OR_RETURN(std::string path, ResolveModelPath(options.model));
-  ICECACHE_ASSIGN_OR_RETURN(e->model_, LoadModel(path));
+  std::string path;
+  if (!options.synthetic.empty()) {
+    ICECACHE_ASSIGN_OR_RETURN(e->model_, MakeSyntheticModel(options.synthetic, *e->backend_));
+    path = e->model_->path;
+  } else {
+    ICECACHE_ASSIGN_OR_RETURN(path, ResolveModelPath(options.model));
+    ICECACHE_ASSIGN_OR_RETURN(e->model_, LoadModel(path));
+  }
   const ModelConfig& c = e->model_->config;
 
   const int ctx = options.context_size > 0 ? options.context_size : c.max_context;
@@ -52,8 +64,16 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
   if (e->backend_->device() == Device::kCpu && kv_dtype == DType::kBF16) {
     return Unsupported("--kv-dtype bf16 is not supported on the CPU backend (use f32 or f16)");
   }
+  if (e->backend_->device() == Device::kCuda && kv_dtype != DType::kBF16) {
+    return Unsupported("--kv-dtype " + options.kv.dtype +
+                       " is not supported on the CUDA backend (use bf16 or auto)");
+  }
+  if (e->backend_->device() == Device::kCuda && c.head_dim != 64 && c.head_dim != 128) {
+    return Unsupported("the CUDA attention kernels support head_dim 64 and 128; this model has " +
+                       std::to_string(c.head_dim));
+  }
   KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, options.kv.page_size, kv_dtype};
-  const int64_t capacity = layout.PagesForTokens(ctx) * options.max_sequences;
+  const int64_t capacity = PoolPagesFor(options.kv, layout, ctx) * options.max_sequences;
   ICECACHE_ASSIGN_OR_RETURN(e->pool_, PagePool::Create(*e->backend_, layout, capacity));
   ICECACHE_ASSIGN_OR_RETURN(e->transformer_,
                             Transformer::Create(c, e->model_->weights, e->backend_.get(), chunk,
@@ -85,6 +105,7 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
 
 Result<std::vector<int32_t>> EngineImpl::Tokenize(std::string_view text, bool add_bos,
                                                   bool parse_special) const {
+  if (model_->format == "synthetic") return Unsupported(kSyntheticNoText);
   return model_->tokenizer->Encode(text, add_bos, parse_special);
 }
 
@@ -111,6 +132,8 @@ Result<std::vector<int32_t>> EngineImpl::PromptTokens(const GenerateRequest& r) 
       }
     }
     tokens = r.prompt_tokens;
+  } else if (model_->format == "synthetic") {
+    return Unsupported(kSyntheticNoText);
   } else if (!r.messages.empty()) {
     ICECACHE_ASSIGN_OR_RETURN(std::string text, FormatChat(r.messages, true));
     // The template writes any BOS text itself (as transformers' apply_chat_template does).

@@ -175,7 +175,16 @@ Result<Tensor> Transformer::Forward(const ForwardInput& in) {
   step.row_base =
       Tensor(inputs_.data_as<int32_t>() + 2 * max_tokens_, DType::kI32, {n}, backend_->device());
   if (Status st = attention.Prepare(step); !st.ok()) return undo(st);
-  if (Status st = RunLayers(in, n, *n_rows, attention); !st.ok()) return undo(st);
+  // Dense decode steps (one token per sequence) run as a CUDA graph where the backend has
+  // graphs: every buffer they touch sits at a fixed address for a given batch shape.
+  auto layers = [&] { return RunLayers(in, n, *n_rows, attention); };
+  const bool decode = in.attention == nullptr && n == static_cast<int64_t>(in.seqs.size());
+  const uint64_t graph_key = (static_cast<uint64_t>(n) << 40) ^
+                             (static_cast<uint64_t>(*n_rows) << 20) ^
+                             reinterpret_cast<uintptr_t>(in.seqs.front()->pool().view().k);
+  if (Status st = decode ? backend_->RunGraph(graph_key, layers) : layers(); !st.ok()) {
+    return undo(st);
+  }
   if (*n_rows == 0) return Tensor();
   const Tensor logits = logits_.Slice(0, *n_rows);
   if (backend_->device() != Device::kCpu) {
@@ -250,7 +259,11 @@ Status Transformer::RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows,
   b.Embed(w_.tok_embd, ids_t, x);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& lw = w_.layers[l];
-    b.RmsNorm(x, lw.attn_norm, c.norm_eps, xn);
+    if (l == 0) {
+      b.RmsNorm(x, lw.attn_norm, c.norm_eps, xn);
+    } else {
+      b.AddRmsNorm(xn, x, lw.attn_norm, c.norm_eps, xn);  // the previous layer's MLP residual
+    }
     b.MatMul(xn, lw.wq, lw.bq.empty() ? nullptr : &lw.bq, q.Reshape({n, c.q_dim()}));
     b.MatMul(xn, lw.wk, lw.bk.empty() ? nullptr : &lw.bk, k.Reshape({n, c.kv_dim()}));
     b.MatMul(xn, lw.wv, lw.bv.empty() ? nullptr : &lw.bv, v.Reshape({n, c.kv_dim()}));
@@ -260,21 +273,18 @@ Status Transformer::RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows,
       b.RmsNorm(qh, lw.q_norm, c.norm_eps, qh);
       b.RmsNorm(kh, lw.k_norm, c.norm_eps, kh);
     }
-    b.Rope(pos_t, inv_freq_, q);
-    b.Rope(pos_t, inv_freq_, k);
     const Tensor slots(base + 4 * m + static_cast<int64_t>(l) * m * c.n_kv_heads, DType::kI32,
                        {n, c.n_kv_heads}, dev);
-    b.WriteKv(KvWriteArgs{k, v, slots, pos_t, pool});
+    b.RopeWriteKv(inv_freq_, q, KvWriteArgs{k, v, slots, pos_t, pool});
     ICECACHE_RETURN_IF_ERROR(attention.Attend(l, q, attn));
     b.MatMul(attn.Reshape({n, c.q_dim()}), lw.wo, nullptr, xn);
-    b.Add(xn, x);
-    b.RmsNorm(x, lw.ffn_norm, c.norm_eps, xn);
+    b.AddRmsNorm(xn, x, lw.ffn_norm, c.norm_eps, xn);
     b.MatMul(xn, lw.w_gate, nullptr, gate);
     b.MatMul(xn, lw.w_up, nullptr, up);
     b.SwiGlu(gate, up, gate);
     b.MatMul(gate, lw.w_down, nullptr, xn);
-    b.Add(xn, x);
   }
+  b.Add(xn, x);
   if (n_rows == 0) return Status::Ok();
   const Tensor sel = logits_in_.Slice(0, n_rows);
   b.Embed(x, rows_t, sel);

@@ -15,6 +15,16 @@ SelectionLimits LimitsFor(const KvConfig& config) {
   return l;
 }
 
+int64_t PoolPagesFor(const KvConfig& config, const KvLayout& layout, int64_t tokens) {
+  const int64_t positional = layout.PagesForTokens(tokens);
+  if (config.policy == "lychee") {
+    // Chunks of at least half a page fill their pages at least half on average; the sink,
+    // pending and tail pages add at most 4 pages per list.
+    return 2 * positional + 4LL * layout.n_layers * layout.n_kv_heads;
+  }
+  return positional;
+}
+
 Result<std::unique_ptr<SequenceIndex>> MakeSequenceIndex(const IndexContext& context) {
   const std::string& p = context.config.policy;
   if (p == "full") return std::unique_ptr<SequenceIndex>();

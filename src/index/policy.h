@@ -75,6 +75,11 @@ class SequenceIndex {
 // The limits a config implies (budget, page count, resolved sink and window).
 SelectionLimits LimitsFor(const KvConfig& config);
 
+// Host pages one sequence of `tokens` tokens may hold under `config`, over all layers and KV
+// heads (the engine sizes its page pool with it). Policies that re-arrange tokens into partly
+// filled pages need more than positional paging does.
+int64_t PoolPagesFor(const KvConfig& config, const KvLayout& layout, int64_t tokens);
+
 // The index of `context.config.policy` ("full" has none: returns nullptr).
 Result<std::unique_ptr<SequenceIndex>> MakeSequenceIndex(const IndexContext& context);
 

@@ -20,8 +20,10 @@ class EngineApiTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete dir_; }
   std::unique_ptr<Engine> MakeEngine(int max_sequences = 4) {
-    auto e = Engine::Create(
-        {.model = *dir_, .context_size = 1024, .prefill_chunk = 64, .max_sequences = max_sequences});
+    auto e = Engine::Create({.model = *dir_,
+                             .context_size = 1024,
+                             .prefill_chunk = 64,
+                             .max_sequences = max_sequences});
     EXPECT_TRUE(e.ok()) << e.status().message();
     return e.ok() ? std::move(e).value() : nullptr;
   }

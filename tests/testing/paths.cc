@@ -10,7 +10,11 @@ namespace icecache::testing {
 
 namespace fs = std::filesystem;
 
-std::string SourceDir() { return ICECACHE_SOURCE_DIR; }
+std::string SourceDir() {
+  // A copy of the tree elsewhere (prebuilt test binaries run on another machine) names itself.
+  if (const char* dir = std::getenv("ICECACHE_SOURCE_DIR")) return dir;
+  return ICECACHE_SOURCE_DIR;
+}
 
 std::string DataPath(const std::string& rel) { return SourceDir() + "/tests/data/" + rel; }
 

@@ -5,7 +5,7 @@
 
 namespace icecache::testing {
 
-// The repository root (compiled in).
+// The repository root: $ICECACHE_SOURCE_DIR if set, else compiled in.
 std::string SourceDir();
 // tests/data/<rel>.
 std::string DataPath(const std::string& rel);

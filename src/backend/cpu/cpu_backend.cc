@@ -127,6 +127,9 @@ void CpuBackend::DoCopyPages(const KvPoolView& src, const KvPoolView& dst, const
                              const Tensor& dst_ids) {
   CopyPagesCpu(context(), src, dst, src_ids, dst_ids);
 }
+void CpuBackend::DoFillRandom(const Tensor& t, uint64_t seed, float scale, float offset) {
+  FillRandomCpu(context(), t, seed, scale, offset);
+}
 
 }  // namespace cpu
 

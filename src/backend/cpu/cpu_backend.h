@@ -70,6 +70,8 @@ void WriteKvCpu(const CpuContext& ctx, const KvWriteArgs& args);
 void AttentionCpu(const CpuContext& ctx, const AttentionArgs& args);
 void CopyPagesCpu(const CpuContext& ctx, const KvPoolView& src, const KvPoolView& dst,
                   const Tensor& src_ids, const Tensor& dst_ids);
+void FillRandomCpu(const CpuContext& ctx, const Tensor& t, uint64_t seed, float scale,
+                   float offset);
 
 class CpuBackend final : public Backend {
  public:
@@ -94,6 +96,7 @@ class CpuBackend final : public Backend {
   void DoAttention(const AttentionArgs& args) override;
   void DoCopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
                    const Tensor& dst_ids) override;
+  void DoFillRandom(const Tensor& t, uint64_t seed, float scale, float offset) override;
 
  private:
   CpuContext context() { return {&pool_, &workspace_}; }

@@ -1,0 +1,202 @@
+// CUDA backend kernels at Llama-3.1-8B shapes (hidden 4096, ffn 14336, vocab 128256, 32 query
+// heads, 8 KV heads, head_dim 128, pages of 16), bf16: MatMul for decode (n = 1: our GEMV) and a
+// prefill chunk (n = 4096: cuBLASLt), decode attention over 4K / 32K / 128K tokens, prefill
+// attention of a 4096-token chunk at the end of 32K tokens, and RMSNorm. Skips (with a message)
+// where no GPU is present.
+//
+//   build-x/bench/cuda_ops_bench [--benchmark_filter=Attention]
+//
+// Each iteration: the op repeated `inner` times, then one device synchronization (launch gaps
+// included; Time is per iteration). Counters: s/op = seconds per op; GB/s = bytes the op must
+// read per second; TFLOP/s = 2 * MACs per second.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace icecache {
+namespace {
+
+Backend* Gpu() {
+  static std::unique_ptr<Backend> gpu = [] {
+    auto b = MakeCudaBackend({});
+    if (!b.ok()) {
+      std::fprintf(stderr, "no CUDA backend: %s\n", b.status().message().c_str());
+      return std::unique_ptr<Backend>();
+    }
+    return std::move(b).value();
+  }();
+  return gpu.get();
+}
+
+Tensor Random(Backend& b, DType dtype, std::initializer_list<int64_t> shape, uint64_t seed,
+              float scale = 0.5f) {
+  Tensor t = b.Allocate(dtype, shape).value();
+  b.FillRandom(t, seed, scale, 0.0f);
+  return t;
+}
+
+// Runs `op` in the benchmark loop, timing batches of `inner` calls with one sync each; returns
+// `inner` (ops per iteration) for the rate counters.
+template <typename F>
+double TimeOp(benchmark::State& state, Backend& b, int inner, F&& op) {
+  op();
+  b.Synchronize();
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < inner; ++i) op();
+    b.Synchronize();
+    const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+    state.SetIterationTime(dt.count());
+  }
+  state.counters["s/op"] = benchmark::Counter(
+      inner, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  return inner;
+}
+
+void BM_MatMul(benchmark::State& state) {
+  Backend* b = Gpu();
+  if (b == nullptr) return state.SkipWithError("no GPU");
+  const int64_t n = state.range(0), m = state.range(1), k = state.range(2);
+  Tensor x = Random(*b, DType::kBF16, {n, k}, 1);
+  Tensor w = Random(*b, DType::kBF16, {m, k}, 2, 0.02f);
+  Tensor y = b->Allocate(DType::kBF16, {n, m}).value();
+  TimeOp(state, *b, n == 1 ? 50 : 5, [&] { b->MatMul(x, w, nullptr, y); });
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(m * k * 2) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["TFLOP/s"] =
+      benchmark::Counter(2.0 * n * m * k * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_MatMul)
+    ->ArgNames({"n", "m", "k"})
+    ->Args({1, 4096, 4096})
+    ->Args({1, 1024, 4096})
+    ->Args({1, 14336, 4096})
+    ->Args({1, 4096, 14336})
+    ->Args({1, 128256, 4096})
+    ->Args({4, 14336, 4096})
+    ->Args({4096, 4096, 4096})
+    ->Args({4096, 14336, 4096})
+    ->Args({4096, 4096, 14336})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+struct PagedKv {
+  Tensor k, v, pos, indptr, indices, lens, q, out, qpos, row_base;
+  AttentionArgs args;
+};
+
+// One sequence of `context` tokens in shuffled pages of 16 (Llama-3.1-8B attention shape), and
+// `queries` queries at its last positions.
+PagedKv MakeKv(Backend& b, int64_t context, int64_t queries) {
+  const int heads = 32, kv_heads = 8, d = 128, ps = 16;
+  const int64_t pages_per_row = (context + ps - 1) / ps;
+  const int64_t pages = pages_per_row * kv_heads;
+  PagedKv p;
+  p.k = Random(b, DType::kBF16, {pages, ps, d}, 3);
+  p.v = Random(b, DType::kBF16, {pages, ps, d}, 4);
+  std::vector<int32_t> ids(static_cast<size_t>(pages));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(5));
+  std::vector<int32_t> pos(static_cast<size_t>(pages * ps)), indptr = {0}, lens;
+  for (int h = 0; h < kv_heads; ++h) {
+    for (int64_t j = 0; j < pages_per_row; ++j) {
+      const int32_t page = ids[h * pages_per_row + j];
+      const int64_t len = std::min<int64_t>(ps, context - j * ps);
+      for (int64_t o = 0; o < len; ++o) pos[page * ps + o] = static_cast<int32_t>(j * ps + o);
+      lens.push_back(static_cast<int32_t>(len));
+    }
+    indptr.push_back(static_cast<int32_t>((h + 1) * pages_per_row));
+  }
+  std::vector<int32_t> indices(ids.begin(), ids.end());
+  auto upload = [&](const std::vector<int32_t>& v) {
+    Tensor t = b.Allocate(DType::kI32, {static_cast<int64_t>(v.size())}).value();
+    Tensor host(const_cast<int32_t*>(v.data()), DType::kI32, {static_cast<int64_t>(v.size())});
+    (void)b.Copy(host, t);
+    return t;
+  };
+  // Indices in row order: row h lists ids[h * pages_per_row ...].
+  p.pos = upload(pos);
+  p.indptr = upload(indptr);
+  p.indices = upload(indices);
+  p.lens = upload(lens);
+  std::vector<int32_t> qpos, rb(static_cast<size_t>(queries), 0);
+  for (int64_t i = 0; i < queries; ++i) qpos.push_back(static_cast<int32_t>(context - queries + i));
+  p.qpos = upload(qpos);
+  p.row_base = upload(rb);
+  p.q = Random(b, DType::kBF16, {queries, heads, d}, 6);
+  p.out = b.Allocate(DType::kBF16, {queries, heads, d}).value();
+  AttentionArgs& a = p.args;
+  a.q = p.q;
+  a.out = p.out;
+  a.positions = p.qpos;
+  a.row_base = p.row_base;
+  a.table = {p.indptr.data_as<int32_t>(), p.indices.data_as<int32_t>(), p.lens.data_as<int32_t>(),
+             kv_heads};
+  a.pool = {p.k.data(), p.v.data(), p.pos.data_as<int32_t>(), DType::kBF16, pages, ps, d};
+  a.n_heads = heads;
+  a.n_kv_heads = kv_heads;
+  a.scale = 1.0f / std::sqrt(128.0f);
+  a.causal = true;
+  return p;
+}
+
+void BM_DecodeAttention(benchmark::State& state) {
+  Backend* b = Gpu();
+  if (b == nullptr) return state.SkipWithError("no GPU");
+  const int64_t context = state.range(0);
+  PagedKv kv = MakeKv(*b, context, 1);
+  const double ops = TimeOp(state, *b, 20, [&] { b->Attention(kv.args); });
+  state.counters["GB/s"] = benchmark::Counter(ops * context * 8.0 * 128 * 2 * 2 * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DecodeAttention)
+    ->ArgName("context")
+    ->Arg(4096)
+    ->Arg(32768)
+    ->Arg(131072)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_PrefillAttention(benchmark::State& state) {
+  Backend* b = Gpu();
+  if (b == nullptr) return state.SkipWithError("no GPU");
+  const int64_t context = state.range(0), queries = state.range(1);
+  PagedKv kv = MakeKv(*b, context, queries);
+  const double ops = TimeOp(state, *b, 2, [&] { b->Attention(kv.args); });
+  // Causal MACs: every query against every earlier key, for q.k and p.v.
+  const double pairs = queries * static_cast<double>(context - queries) +
+                       queries * static_cast<double>(queries + 1) / 2;
+  state.counters["TFLOP/s"] = benchmark::Counter(ops * 4.0 * pairs * 32 * 128 * 1e-12,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_PrefillAttention)
+    ->ArgNames({"context", "queries"})
+    ->Args({4096, 4096})
+    ->Args({32768, 4096})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_RmsNorm(benchmark::State& state) {
+  Backend* b = Gpu();
+  if (b == nullptr) return state.SkipWithError("no GPU");
+  const int64_t n = state.range(0);
+  Tensor x = Random(*b, DType::kBF16, {n, 4096}, 7);
+  Tensor a = Random(*b, DType::kBF16, {n, 4096}, 8);
+  Tensor w = Random(*b, DType::kF32, {4096}, 9);
+  TimeOp(state, *b, 50, [&] { b->AddRmsNorm(a, x, w, 1e-5f, a); });
+}
+BENCHMARK(BM_RmsNorm)->Arg(1)->Arg(4096)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace icecache
+
+BENCHMARK_MAIN();

@@ -1,0 +1,326 @@
+// CudaBackend: device selection, memory, streams, copies, graphs (the CUDA runtime side; the
+// ops are in cuda_ops.cc, weight preparation in cuda_weights.cc).
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_matmul.h"
+#include "core/check.h"
+
+namespace icecache::cuda {
+
+namespace {
+
+constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
+// Decode attention scratch: enough partial rows for several waves of split blocks.
+constexpr int64_t kDecodePartialFloats = int64_t{8} << 20;
+constexpr int64_t kDecodeLseFloats = int64_t{256} << 10;
+constexpr int64_t kDecodeCounters = int64_t{64} << 10;
+
+std::string Err(cudaError_t e) { return cudaGetErrorString(e); }
+
+int64_t ShapeBytes(DType dtype, std::span<const int64_t> shape, bool* ok) {
+  *ok = shape.size() <= static_cast<size_t>(Tensor::kMaxDims);
+  int64_t elems = 1;
+  for (int64_t d : shape) {
+    if (d < 0) *ok = false;
+    elems *= d;
+  }
+  const int64_t inner = shape.empty() ? 1 : shape.back();
+  if (inner == 0) return 0;
+  if (inner % BlockElems(dtype) != 0) *ok = false;
+  return *ok ? elems / inner * RowBytes(dtype, inner) : 0;
+}
+
+}  // namespace
+
+void StreamDeleter::operator()(CUstream_st* s) const { cudaStreamDestroy(s); }
+void EventDeleter::operator()(CUevent_st* e) const { cudaEventDestroy(e); }
+void GraphExecDeleter::operator()(CUgraphExec_st* g) const { cudaGraphExecDestroy(g); }
+
+void CheckCuda(int code, const char* what) {
+  if (code == 0) return;
+  std::fprintf(stderr, "CUDA error in %s: %s\n", what, kernels::ErrorString(code));
+  std::abort();
+}
+
+CudaBackend::CudaBackend() = default;
+
+CudaBackend::~CudaBackend() {
+  if (compute_) cudaStreamSynchronize(compute_.get());
+  if (copy_) cudaStreamSynchronize(copy_.get());
+  if (timing_start_) {
+    CollectGraphTiming();
+    std::fprintf(stderr, "[cuda] %d graphs captured, %lld replays\n", graphs_captured_,
+                 static_cast<long long>(graph_replays_));
+    for (const auto& [key, g] : graphs_) {
+      if (g.timed == 0) continue;
+      // The transformer's keys carry the step's token count in bits 40 and up.
+      std::fprintf(stderr, "[cuda] graph of %llu tokens: %lld timed replays, %.3f ms on average\n",
+                   static_cast<unsigned long long>(key >> 40), static_cast<long long>(g.timed),
+                   g.gpu_ms / static_cast<double>(g.timed));
+    }
+  }
+  graphs_.clear();
+  gemm_.reset();
+}
+
+Result<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOptions& options) {
+  std::unique_ptr<CudaBackend> b(new CudaBackend());
+  ICECACHE_RETURN_IF_ERROR(b->Init(options));
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+Status CudaBackend::Init(const CudaBackendOptions& options) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    return Unsupported("device 'cuda': no usable CUDA GPU (" +
+                       (e != cudaSuccess ? Err(e) : std::string("no devices")) + ")");
+  }
+  if (options.device < 0 || options.device >= count) {
+    return InvalidArgument("CUDA device " + std::to_string(options.device) + " does not exist (" +
+                           std::to_string(count) + " present)");
+  }
+  device_ = options.device;
+  if ((e = cudaSetDevice(device_)) != cudaSuccess) {
+    return Unsupported("device 'cuda': cannot use GPU " + std::to_string(device_) + ": " + Err(e));
+  }
+  cudaDeviceProp prop{};
+  if ((e = cudaGetDeviceProperties(&prop, device_)) != cudaSuccess) {
+    return Unsupported("device 'cuda': cannot query GPU: " + Err(e));
+  }
+  if (prop.major < 8) {
+    return Unsupported(std::string("device 'cuda': ") + prop.name + " (compute capability " +
+                       std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+                       ") is too old; the kernels need bf16 tensor cores (8.0 or newer)");
+  }
+  name_ = prop.name;
+  num_sms_ = prop.multiProcessorCount;
+  total_memory_ = static_cast<int64_t>(prop.totalGlobalMem);
+  cudaStream_t s = nullptr;
+  if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess) {
+    return Internal("cannot create a CUDA stream: " + Err(e));
+  }
+  compute_.reset(s);
+  if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess) {
+    return Internal("cannot create a CUDA stream: " + Err(e));
+  }
+  copy_.reset(s);
+  cudaEvent_t ev = nullptr;
+  if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess) {
+    return Internal("cannot create a CUDA event: " + Err(e));
+  }
+  compute_done_.reset(ev);
+  if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess) {
+    return Internal("cannot create a CUDA event: " + Err(e));
+  }
+  copy_done_.reset(ev);
+  // ICECACHE_CUDA_TIMING=1: time graph replays with events (printed when the backend goes).
+  if (const char* t = std::getenv("ICECACHE_CUDA_TIMING"); t != nullptr && t[0] == '1') {
+    if (cudaEventCreate(&ev) == cudaSuccess) timing_start_.reset(ev);
+    if (cudaEventCreate(&ev) == cudaSuccess) timing_end_.reset(ev);
+    if (!timing_end_) timing_start_.reset();
+  }
+
+  // Fixed scratch, allocated once: the GEMM workspace and the decode partials (bytes as i32).
+  const int64_t scratch_ints =
+      kGemmWorkspaceBytes / 4 + kDecodePartialFloats + kDecodeLseFloats + kDecodeCounters;
+  ICECACHE_ASSIGN_OR_RETURN(decode_scratch_, Allocate(DType::kI32, {scratch_ints}));
+  int32_t* base = decode_scratch_.data_as<int32_t>();
+  ICECACHE_ASSIGN_OR_RETURN(gemm_, GemmRunner::Create(base, kGemmWorkspaceBytes));
+  base += kGemmWorkspaceBytes / 4;
+  decode_ws_.partial_o = reinterpret_cast<float*>(base);
+  decode_ws_.o_capacity = kDecodePartialFloats;
+  base += kDecodePartialFloats;
+  decode_ws_.partial_lse = reinterpret_cast<float*>(base);
+  decode_ws_.lse_capacity = kDecodeLseFloats;
+  base += kDecodeLseFloats;
+  decode_ws_.counters = base;
+  decode_ws_.counter_capacity = kDecodeCounters;
+  Synchronize();
+  return Status::Ok();
+}
+
+std::string CudaBackend::Describe() const {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "cuda (%s, %d SMs, %.1f GiB, bf16)", name_.c_str(), num_sms_,
+                static_cast<double>(total_memory_) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+Result<Tensor> CudaBackend::Allocate(DType dtype, std::span<const int64_t> shape) {
+  bool ok = true;
+  const int64_t bytes = ShapeBytes(dtype, shape, &ok);
+  if (!ok) return Tensor::Host(dtype, shape);  // reports the shape error
+  void* p = nullptr;
+  const size_t want = static_cast<size_t>(std::max<int64_t>(bytes, 256));
+  const cudaError_t e = cudaMalloc(&p, want);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error state of a failed allocation
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    return ResourceExhausted("cannot allocate " + std::to_string(bytes) + " bytes on " + name_ +
+                             " (" + std::to_string(free_b >> 20) + " MiB free of " +
+                             std::to_string(total_b >> 20) + " MiB): " + Err(e));
+  }
+  CheckCuda(cudaMemsetAsync(p, 0, want, compute_.get()), "cudaMemsetAsync");
+  std::shared_ptr<void> owner(p, [](void* q) { cudaFree(q); });
+  return Tensor(p, dtype, shape, Device::kCuda, std::move(owner));
+}
+
+Result<Tensor> CudaBackend::AllocateStaging(DType dtype, std::span<const int64_t> shape) {
+  bool ok = true;
+  const int64_t bytes = ShapeBytes(dtype, shape, &ok);
+  if (!ok) return Tensor::Host(dtype, shape);
+  void* p = nullptr;
+  const size_t want = static_cast<size_t>(std::max<int64_t>(bytes, 64));
+  const cudaError_t e = cudaHostAlloc(&p, want, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return ResourceExhausted("cannot allocate " + std::to_string(bytes) +
+                             " bytes of pinned host memory: " + Err(e));
+  }
+  std::memset(p, 0, want);
+  std::shared_ptr<void> owner(p, [](void* q) { cudaFreeHost(q); });
+  return Tensor(p, dtype, shape, Device::kCpu, std::move(owner));
+}
+
+void CudaBackend::CopyAfterCompute() {
+  CheckCuda(cudaEventRecord(compute_done_.get(), compute_.get()), "cudaEventRecord");
+  CheckCuda(cudaStreamWaitEvent(copy_.get(), compute_done_.get(), 0), "cudaStreamWaitEvent");
+}
+
+void CudaBackend::ComputeAfterCopy() {
+  CheckCuda(cudaEventRecord(copy_done_.get(), copy_.get()), "cudaEventRecord");
+  CheckCuda(cudaStreamWaitEvent(compute_.get(), copy_done_.get(), 0), "cudaStreamWaitEvent");
+}
+
+Status CudaBackend::Copy(const Tensor& src, const Tensor& dst) {
+  if (src.dtype() != dst.dtype() || src.numel() != dst.numel()) {
+    return InvalidArgument("copy " + std::string(DTypeName(src.dtype())) + src.ShapeString() +
+                           " -> " + std::string(DTypeName(dst.dtype())) + dst.ShapeString() +
+                           ": dtype or size differs");
+  }
+  return CopyBlocks(src.data(), dst.data(), 1, src.nbytes(), src.nbytes(), dst.nbytes());
+}
+
+Status CudaBackend::CopyBlocks(const void* src, void* dst, int64_t count, int64_t block_bytes,
+                               int64_t src_pitch, int64_t dst_pitch) {
+  if (count <= 0 || block_bytes <= 0 || src == dst) return Status::Ok();
+  cudaPointerAttributes sa{}, da{};
+  if (cudaPointerGetAttributes(&sa, src) != cudaSuccess ||
+      cudaPointerGetAttributes(&da, dst) != cudaSuccess) {
+    cudaGetLastError();
+    return InvalidArgument("copy: cannot classify a pointer");
+  }
+  const bool src_dev = sa.type == cudaMemoryTypeDevice;
+  const bool dst_dev = da.type == cudaMemoryTypeDevice;
+  // One block, or blocks back to back: a plain copy (no pitch limits).
+  const bool flat = count == 1 || (src_pitch == block_bytes && dst_pitch == block_bytes);
+  auto enqueue = [&](cudaStream_t s) {
+    if (flat) {
+      return cudaMemcpyAsync(dst, src, static_cast<size_t>(count * block_bytes), cudaMemcpyDefault,
+                             s);
+    }
+    return cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, block_bytes, count, cudaMemcpyDefault,
+                             s);
+  };
+  if (src_dev && dst_dev) {
+    const cudaError_t e = enqueue(compute_.get());
+    if (e != cudaSuccess) return Internal("device copy failed: " + Err(e));
+    return Status::Ok();
+  }
+  if (!src_dev && !dst_dev) {
+    for (int64_t i = 0; i < count; ++i) {
+      std::memcpy(static_cast<char*>(dst) + i * dst_pitch,
+                  static_cast<const char*>(src) + i * src_pitch, static_cast<size_t>(block_bytes));
+    }
+    return Status::Ok();
+  }
+  // Host <-> device on the copy stream, after the compute work queued so far.
+  CopyAfterCompute();
+  const cudaError_t e = enqueue(copy_.get());
+  if (e != cudaSuccess) return Internal("host/device copy failed: " + Err(e));
+  ComputeAfterCopy();
+  if (!src_dev) {
+    // The caller may refill its host buffer as soon as we return.
+    const cudaError_t w = cudaEventSynchronize(copy_done_.get());
+    if (w != cudaSuccess) return Internal("host-to-device copy failed: " + Err(w));
+  }
+  return Status::Ok();
+}
+
+void CudaBackend::Synchronize() {
+  CheckCuda(cudaStreamSynchronize(compute_.get()), "cudaStreamSynchronize (compute)");
+  CheckCuda(cudaStreamSynchronize(copy_.get()), "cudaStreamSynchronize (copy)");
+}
+
+void CudaBackend::CollectGraphTiming() {
+  if (timing_pending_ == nullptr) return;
+  float ms = 0;
+  if (cudaEventSynchronize(timing_end_.get()) == cudaSuccess &&
+      cudaEventElapsedTime(&ms, timing_start_.get(), timing_end_.get()) == cudaSuccess) {
+    timing_pending_->gpu_ms += ms;
+    ++timing_pending_->timed;
+  }
+  timing_pending_ = nullptr;
+}
+
+Status CudaBackend::RunGraph(uint64_t key, const std::function<Status()>& body) {
+  Graph& g = graphs_[key];
+  if (g.exec) {
+    ++graph_replays_;
+    if (timing_start_) {
+      CollectGraphTiming();
+      CheckCuda(cudaEventRecord(timing_start_.get(), compute_.get()), "cudaEventRecord");
+    }
+    const cudaError_t e = cudaGraphLaunch(g.exec.get(), compute_.get());
+    if (e != cudaSuccess) return Internal("CUDA graph launch failed: " + Err(e));
+    if (timing_start_) {
+      CheckCuda(cudaEventRecord(timing_end_.get(), compute_.get()), "cudaEventRecord");
+      timing_pending_ = &g;
+    }
+    return Status::Ok();
+  }
+  if (g.eager_runs == 0) {
+    // First step of this shape: eager, so that lazily made plans (GEMM heuristics) exist before
+    // a capture.
+    ++g.eager_runs;
+    return body();
+  }
+  cudaStream_t s = compute_.get();
+  cudaError_t e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) return Internal("CUDA graph capture failed to start: " + Err(e));
+  const Status st = body();
+  cudaGraph_t graph = nullptr;
+  e = cudaStreamEndCapture(s, &graph);
+  if (!st.ok()) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return st;
+  }
+  if (e != cudaSuccess) return Internal("CUDA graph capture failed: " + Err(e));
+  cudaGraphExec_t exec = nullptr;
+  e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (e != cudaSuccess) return Internal("CUDA graph instantiation failed: " + Err(e));
+  g.exec.reset(exec);
+  ++graphs_captured_;
+  ++graph_replays_;
+  e = cudaGraphLaunch(exec, s);
+  if (e != cudaSuccess) return Internal("CUDA graph launch failed: " + Err(e));
+  return Status::Ok();
+}
+
+}  // namespace icecache::cuda
+
+namespace icecache {
+
+Result<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options) {
+  return cuda::CudaBackend::Create(options);
+}
+
+}  // namespace icecache

@@ -1,0 +1,133 @@
+// The CUDA backend: weights in bf16 on the device (GGUF types dequantized at load, norms and
+// biases in f32), bf16 activations with f32 accumulation, cuBLASLt GEMMs and our own GEMV for
+// decode batches, fused element-wise kernels, paged attention (split-KV decode, tensor-core
+// prefill), a device sampler, and CUDA graphs for decode steps.
+//
+// Streams: kernels run on the compute stream; transfers between host and device run on the
+// copy stream, ordered after the compute work queued before them (the device buffer may still
+// be read) and before the compute work queued after them. A host-to-device copy returns once
+// the host buffer has been read, so callers may refill it at once. No call synchronizes the
+// host with the compute stream except Synchronize, device-to-host copies' callers (via
+// Synchronize) and SampleTokens.
+//
+// This header includes no CUDA headers: handles are forward-declared driver types.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "backend/backend.h"
+#include "kernels/cuda/launch.h"
+
+struct CUstream_st;
+struct CUevent_st;
+struct CUgraphExec_st;
+
+namespace icecache::cuda {
+
+struct StreamDeleter {
+  void operator()(CUstream_st* s) const;
+};
+struct EventDeleter {
+  void operator()(CUevent_st* e) const;
+};
+struct GraphExecDeleter {
+  void operator()(CUgraphExec_st* g) const;
+};
+using StreamPtr = std::unique_ptr<CUstream_st, StreamDeleter>;
+using EventPtr = std::unique_ptr<CUevent_st, EventDeleter>;
+using GraphExecPtr = std::unique_ptr<CUgraphExec_st, GraphExecDeleter>;
+
+class GemmRunner;  // cuBLASLt plans (cuda_matmul.cu)
+
+// Aborts with the CUDA error text when `code` (a cudaError_t) is not success: for launches and
+// stream operations, whose failure is an internal bug or a broken device.
+void CheckCuda(int code, const char* what);
+
+class CudaBackend final : public Backend {
+ public:
+  static Result<std::unique_ptr<Backend>> Create(const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  using Backend::Allocate;
+  using Backend::AllocateStaging;
+
+  Device device() const override { return Device::kCuda; }
+  std::string Describe() const override;
+  Result<Tensor> Allocate(DType dtype, std::span<const int64_t> shape) override;
+  Status Copy(const Tensor& src, const Tensor& dst) override;
+  Status CopyBlocks(const void* src, void* dst, int64_t count, int64_t block_bytes,
+                    int64_t src_pitch, int64_t dst_pitch) override;
+  Result<Tensor> AllocateStaging(DType dtype, std::span<const int64_t> shape) override;
+  DType activation_dtype() const override { return DType::kBF16; }
+  DType default_kv_dtype() const override { return DType::kBF16; }
+  Result<Tensor> PrepareWeight(const Tensor& host_weight) override;
+  void Synchronize() override;
+  Status RunGraph(uint64_t key, const std::function<Status()>& body) override;
+  Status SampleTokens(const Tensor& logits, std::span<const SampleRowParams> params,
+                      std::span<int32_t> out) override;
+
+  kernels::Stream stream() const { return compute_.get(); }
+  int num_sms() const { return num_sms_; }
+  // Graphs captured so far and replays run (for tests and logs).
+  int graphs_captured() const { return graphs_captured_; }
+  int64_t graph_replays() const { return graph_replays_; }
+
+ protected:
+  void DoMatMul(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) override;
+  void DoEmbed(const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  void DoRmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) override;
+  void DoAdd(const Tensor& a, const Tensor& inout) override;
+  void DoRope(const Tensor& positions, const Tensor& inv_freq, const Tensor& x) override;
+  void DoSwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void DoWriteKv(const KvWriteArgs& args) override;
+  void DoAttention(const AttentionArgs& args) override;
+  void DoCopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
+                   const Tensor& dst_ids) override;
+  void DoFillRandom(const Tensor& t, uint64_t seed, float scale, float offset) override;
+  void DoAddRmsNorm(const Tensor& a, const Tensor& inout, const Tensor& w, float eps,
+                    const Tensor& out) override;
+  void DoRopeWriteKv(const Tensor& inv_freq, const Tensor& q, const KvWriteArgs& args) override;
+
+ private:
+  CudaBackend();
+  Status Init(const CudaBackendOptions& options);
+  // Orders the copy stream after the compute work queued so far.
+  void CopyAfterCompute();
+  // Orders the compute stream after the copies queued so far.
+  void ComputeAfterCopy();
+  // A device tensor of `dtype` and `shape` filled from host f32 rows (converted on the host).
+  Result<Tensor> UploadConverted(const Tensor& host, DType dtype);
+
+  int device_ = 0;
+  std::string name_;
+  int num_sms_ = 0;
+  int64_t total_memory_ = 0;
+  StreamPtr compute_, copy_;
+  EventPtr compute_done_, copy_done_;
+  std::unique_ptr<GemmRunner> gemm_;
+  Tensor decode_scratch_;  // partial outputs, log-sum-exps and counters of decode attention
+  kernels::DecodeWorkspace decode_ws_;
+
+  struct Graph {
+    int eager_runs = 0;
+    GraphExecPtr exec;
+    double gpu_ms = 0;  // timed replays (ICECACHE_CUDA_TIMING=1)
+    int64_t timed = 0;
+  };
+  std::unordered_map<uint64_t, Graph> graphs_;
+  int graphs_captured_ = 0;
+  int64_t graph_replays_ = 0;
+  // Replay timing (ICECACHE_CUDA_TIMING=1): events around the last replay, read at the next.
+  void CollectGraphTiming();
+  EventPtr timing_start_, timing_end_;
+  Graph* timing_pending_ = nullptr;  // the graph whose last replay the events bracket
+
+  Tensor upload_staging_;  // pinned host buffer of PrepareWeight (made on first use)
+  // SampleTokens: per-row parameters (pinned host and device) and the sampled ids.
+  Tensor sample_params_host_, sample_params_dev_, sample_ids_dev_, sample_ids_host_;
+};
+
+}  // namespace icecache::cuda

@@ -1,0 +1,204 @@
+// The ops of the CUDA backend: dtype and placement checks, then the kernel launchers of
+// src/kernels/cuda (no CUDA headers here).
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_matmul.h"
+#include "core/check.h"
+
+namespace icecache::cuda {
+
+namespace {
+
+using kernels::ElemType;
+
+ElemType Elem(const Tensor& t) {
+  ICECACHE_CHECK_MSG(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16,
+                     "CUDA backend: tensors must be f32 or bf16");
+  return t.dtype() == DType::kF32 ? ElemType::kF32 : ElemType::kBF16;
+}
+
+void OnDevice(const Tensor& t) {
+  ICECACHE_CHECK_MSG(t.device() == Device::kCuda, "CUDA backend: tensor is not in GPU memory");
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+kernels::AttentionParams ToParams(const AttentionArgs& a) {
+  kernels::AttentionParams p;
+  p.q = a.q.data();
+  p.out = a.out.data();
+  p.q_pos = a.positions.data_as<const int32_t>();
+  p.row_base = a.row_base.data_as<const int32_t>();
+  p.indptr = a.table.indptr;
+  p.indices = a.table.indices;
+  p.lens = a.table.lens;
+  p.num_rows = a.table.num_rows;
+  p.pool_k = a.pool.k;
+  p.pool_v = a.pool.v;
+  p.pool_pos = a.pool.positions;
+  p.num_pages = a.pool.num_pages;
+  p.page_size = a.pool.page_size;
+  p.n_tokens = static_cast<int>(a.q.dim(0));
+  p.n_heads = a.n_heads;
+  p.n_kv_heads = a.n_kv_heads;
+  p.head_dim = a.pool.head_dim;
+  p.scale = a.scale;
+  p.causal = a.causal;
+  return p;
+}
+
+kernels::KvWriteParams ToParams(const KvWriteArgs& a) {
+  ICECACHE_CHECK_MSG(a.pool.dtype == DType::kBF16, "CUDA backend: the KV pool must be bf16");
+  ICECACHE_CHECK(a.k.dtype() == a.v.dtype());
+  kernels::KvWriteParams p;
+  p.k = a.k.data();
+  p.v = a.v.data();
+  p.act_type = Elem(a.k);
+  p.slots = a.slots.data_as<const int32_t>();
+  p.positions = a.positions.data_as<const int32_t>();
+  p.n_tokens = a.k.dim(0);
+  p.kv_heads = a.k.dim(1);
+  p.head_dim = a.k.dim(2);
+  p.pool_k = a.pool.k;
+  p.pool_v = a.pool.v;
+  p.pool_pos = a.pool.positions;
+  p.num_slots = a.pool.num_pages * a.pool.page_size;
+  return p;
+}
+
+}  // namespace
+
+void CudaBackend::DoMatMul(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
+  OnDevice(x);
+  OnDevice(w);
+  OnDevice(y);
+  ICECACHE_CHECK_MSG(x.dtype() == DType::kBF16 && w.dtype() == DType::kBF16,
+                     "CUDA MatMul: x and w must be bf16");
+  ICECACHE_CHECK(bias == nullptr || bias->dtype() == DType::kF32);
+  const int64_t n = x.rows(), m = w.dim(0), k = w.dim(1);
+  if (n == 0 || m == 0) return;
+  const ElemType yt = Elem(y);
+  const float* b = bias != nullptr ? bias->data_as<const float>() : nullptr;
+  if (n <= kernels::kGemvMaxRows && k % 8 == 0 && Aligned16(x.data()) && Aligned16(w.data())) {
+    CheckCuda(kernels::LaunchGemv(stream(), x.data(), w.data(), b, y.data(), yt, n, m, k, num_sms_),
+              "GEMV");
+    return;
+  }
+  const int st = gemm_->Run(stream(), x.data(), w.data(), y.data(), yt == ElemType::kF32, n, m, k);
+  ICECACHE_CHECK_MSG(st == 0, ("cuBLASLt matmul failed with status " + std::to_string(st) +
+                               " for n=" + std::to_string(n) + " m=" + std::to_string(m) +
+                               " k=" + std::to_string(k))
+                                  .c_str());
+  if (b != nullptr) CheckCuda(kernels::LaunchAddBias(stream(), y.data(), yt, b, n, m), "bias");
+}
+
+void CudaBackend::DoEmbed(const Tensor& table, const Tensor& ids, const Tensor& out) {
+  OnDevice(table);
+  OnDevice(ids);
+  OnDevice(out);
+  CheckCuda(kernels::LaunchEmbed(stream(), table.data(), Elem(table), table.dim(0),
+                                 ids.data_as<const int32_t>(), ids.numel(), table.dim(1),
+                                 out.data(), Elem(out)),
+            "Embed");
+}
+
+void CudaBackend::DoRmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) {
+  OnDevice(x);
+  OnDevice(w);
+  ICECACHE_CHECK_MSG(w.dtype() == DType::kF32, "CUDA RmsNorm: norm weights must be f32");
+  CheckCuda(kernels::LaunchRmsNorm(stream(), x.data(), Elem(x), w.data_as<const float>(), eps,
+                                   x.rows(), x.cols(), out.data(), Elem(out)),
+            "RmsNorm");
+}
+
+void CudaBackend::DoAddRmsNorm(const Tensor& a, const Tensor& inout, const Tensor& w, float eps,
+                               const Tensor& out) {
+  OnDevice(a);
+  OnDevice(inout);
+  ICECACHE_CHECK_MSG(w.dtype() == DType::kF32, "CUDA RmsNorm: norm weights must be f32");
+  ICECACHE_CHECK(a.dtype() == inout.dtype() && out.dtype() == inout.dtype());
+  CheckCuda(kernels::LaunchAddRmsNorm(stream(), a.data(), inout.data(), Elem(inout),
+                                      w.data_as<const float>(), eps, inout.rows(), inout.cols(),
+                                      out.data()),
+            "AddRmsNorm");
+}
+
+void CudaBackend::DoAdd(const Tensor& a, const Tensor& inout) {
+  OnDevice(a);
+  ICECACHE_CHECK(a.dtype() == inout.dtype());
+  CheckCuda(kernels::LaunchAdd(stream(), a.data(), inout.data(), Elem(inout), inout.numel()),
+            "Add");
+}
+
+void CudaBackend::DoRope(const Tensor& positions, const Tensor& inv_freq, const Tensor& x) {
+  OnDevice(x);
+  OnDevice(positions);
+  CheckCuda(kernels::LaunchRope(stream(), positions.data_as<const int32_t>(),
+                                inv_freq.data_as<const float>(), x.data(), Elem(x), x.dim(0),
+                                x.dim(1), x.dim(2)),
+            "Rope");
+}
+
+void CudaBackend::DoSwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  OnDevice(gate);
+  ICECACHE_CHECK(gate.dtype() == up.dtype() && gate.dtype() == out.dtype());
+  CheckCuda(
+      kernels::LaunchSwiGlu(stream(), gate.data(), up.data(), out.data(), Elem(out), out.numel()),
+      "SwiGlu");
+}
+
+void CudaBackend::DoWriteKv(const KvWriteArgs& args) {
+  OnDevice(args.k);
+  CheckCuda(kernels::LaunchRopeWriteKv(stream(), nullptr, nullptr, 0, ToParams(args)), "WriteKv");
+}
+
+void CudaBackend::DoRopeWriteKv(const Tensor& inv_freq, const Tensor& q, const KvWriteArgs& args) {
+  OnDevice(q);
+  OnDevice(args.k);
+  ICECACHE_CHECK(q.dtype() == args.k.dtype());
+  CheckCuda(kernels::LaunchRopeWriteKv(stream(), inv_freq.data_as<const float>(), q.data(),
+                                       q.dim(1), ToParams(args)),
+            "RopeWriteKv");
+}
+
+void CudaBackend::DoAttention(const AttentionArgs& args) {
+  OnDevice(args.q);
+  ICECACHE_CHECK_MSG(args.q.dtype() == DType::kBF16 && args.out.dtype() == DType::kBF16,
+                     "CUDA attention: q and out must be bf16");
+  ICECACHE_CHECK_MSG(args.pool.dtype == DType::kBF16, "CUDA attention: the KV pool must be bf16");
+  ICECACHE_CHECK_MSG(kernels::AttentionSupportsHeadDim(args.pool.head_dim),
+                     "CUDA attention supports head_dim 64 and 128");
+  const kernels::AttentionParams p = ToParams(args);
+  if (p.n_tokens == 0) return;
+  // One query per sequence (decode) or a few: split-KV decode kernel; runs of many queries
+  // per row (prefill chunks): the tensor-core kernel. Both are exact for any mapping.
+  const int64_t seqs = std::max<int64_t>(1, p.num_rows / std::max(1, p.n_kv_heads));
+  if (p.n_tokens < 4 * seqs) {
+    const int splits = kernels::DecodeSplits(p, decode_ws_, num_sms_);
+    CheckCuda(kernels::LaunchDecodeAttention(stream(), p, splits, decode_ws_), "decode attention");
+  } else {
+    CheckCuda(kernels::LaunchPrefillAttention(stream(), p), "prefill attention");
+  }
+}
+
+void CudaBackend::DoCopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
+                              const Tensor& dst_ids) {
+  OnDevice(src_ids);
+  OnDevice(dst_ids);
+  ICECACHE_CHECK_MSG(src.dtype == DType::kBF16, "CUDA CopyPages: the KV pool must be bf16");
+  CheckCuda(kernels::LaunchCopyPages(
+                stream(), src.k, src.v, src.positions, src.num_pages, dst.k, dst.v, dst.positions,
+                dst.num_pages, src_ids.data_as<const int32_t>(), dst_ids.data_as<const int32_t>(),
+                src_ids.numel(), src.page_size, src.head_dim),
+            "CopyPages");
+}
+
+void CudaBackend::DoFillRandom(const Tensor& t, uint64_t seed, float scale, float offset) {
+  OnDevice(t);
+  CheckCuda(kernels::LaunchFillRandom(stream(), t.data(), Elem(t), t.numel(), seed, scale, offset),
+            "FillRandom");
+}
+
+}  // namespace icecache::cuda

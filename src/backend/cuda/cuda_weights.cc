@@ -1,0 +1,114 @@
+// Weight preparation and device sampling of the CUDA backend (host-side logic on top of
+// Allocate/Copy and the kernel launchers; no CUDA headers).
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/check.h"
+#include "core/half.h"
+#include "core/quant.h"
+
+namespace icecache::cuda {
+
+namespace {
+
+// Elements converted per upload chunk (f32 and the converted copy live on the host).
+constexpr int64_t kUploadChunkElems = int64_t{8} << 20;
+
+}  // namespace
+
+Result<Tensor> CudaBackend::PrepareWeight(const Tensor& w) {
+  const bool vector = w.ndim() == 1;
+  if (w.ndim() != 1 && w.ndim() != 2) {
+    return InvalidArgument("CUDA backend: weights must be 1-D or 2-D, got " + w.ShapeString());
+  }
+  if (w.device() == Device::kCuda) {
+    // Made on the device already (synthetic models): the backend's own layout only.
+    if ((vector && w.dtype() == DType::kF32) || (!vector && w.dtype() == DType::kBF16)) return w;
+    return InvalidArgument("CUDA backend: a device weight must be f32 (1-D) or bf16 (2-D), got " +
+                           std::string(DTypeName(w.dtype())));
+  }
+  if (w.dtype() == DType::kI32) return InvalidArgument("CUDA backend: integer weight");
+  // Norms and biases stay f32; matrices become bf16.
+  return UploadConverted(w, vector ? DType::kF32 : DType::kBF16);
+}
+
+Result<Tensor> CudaBackend::UploadConverted(const Tensor& host, DType dtype) {
+  const int64_t rows = host.ndim() == 1 ? 1 : host.dim(0);
+  const int64_t cols = host.cols();
+  Tensor dev;
+  if (host.ndim() == 1) {
+    ICECACHE_ASSIGN_OR_RETURN(dev, Allocate(dtype, {cols}));
+  } else {
+    ICECACHE_ASSIGN_OR_RETURN(dev, Allocate(dtype, {rows, cols}));
+  }
+  if (rows == 0 || cols == 0) return dev;
+  const int64_t chunk_rows = std::max<int64_t>(1, kUploadChunkElems / cols);
+  const int64_t elem_bytes = dtype == DType::kF32 ? 4 : 2;
+  const int64_t need = chunk_rows * cols * elem_bytes;
+  if (upload_staging_.empty() || upload_staging_.nbytes() < need) {
+    ICECACHE_ASSIGN_OR_RETURN(upload_staging_, AllocateStaging(DType::kI32, {(need + 3) / 4}));
+  }
+  std::vector<float> row(static_cast<size_t>(cols));
+  const char* src = static_cast<const char*>(host.data());
+  const int64_t src_row_bytes = host.row_bytes();
+  char* dst = static_cast<char*>(dev.data());
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, rows - r0);
+    for (int64_t r = 0; r < n; ++r) {
+      DequantizeRow(host.dtype(), src + (r0 + r) * src_row_bytes, row.data(), cols);
+      if (dtype == DType::kF32) {
+        std::memcpy(upload_staging_.data_as<float>() + r * cols, row.data(),
+                    static_cast<size_t>(cols) * sizeof(float));
+      } else {
+        uint16_t* out = upload_staging_.data_as<uint16_t>() + r * cols;
+        for (int64_t c = 0; c < cols; ++c) out[c] = F32ToBf16(row[c]);
+      }
+    }
+    const int64_t bytes = n * cols * elem_bytes;
+    ICECACHE_RETURN_IF_ERROR(
+        CopyBlocks(upload_staging_.data(), dst + r0 * cols * elem_bytes, 1, bytes, bytes, bytes));
+  }
+  return dev;
+}
+
+Status CudaBackend::SampleTokens(const Tensor& logits, std::span<const SampleRowParams> params,
+                                 std::span<int32_t> out) {
+  if (logits.device() != Device::kCuda || logits.dtype() != DType::kF32 || logits.ndim() != 2) {
+    return InvalidArgument("SampleTokens: logits must be a f32 [rows, vocab] GPU tensor");
+  }
+  const int64_t rows = logits.dim(0);
+  if (static_cast<int64_t>(params.size()) != rows || static_cast<int64_t>(out.size()) != rows) {
+    return InvalidArgument("SampleTokens: one parameter set and one output per row needed");
+  }
+  if (rows == 0) return Status::Ok();
+  static_assert(sizeof(kernels::SampleRow) == 32, "SampleRow is 8 i32 words");
+  if (sample_ids_dev_.empty() || sample_ids_dev_.numel() < rows) {
+    const int64_t cap = std::max<int64_t>(rows, 64);
+    ICECACHE_ASSIGN_OR_RETURN(sample_params_host_, AllocateStaging(DType::kI32, {cap * 8}));
+    ICECACHE_ASSIGN_OR_RETURN(sample_params_dev_, Allocate(DType::kI32, {cap * 8}));
+    ICECACHE_ASSIGN_OR_RETURN(sample_ids_host_, AllocateStaging(DType::kI32, {cap}));
+    ICECACHE_ASSIGN_OR_RETURN(sample_ids_dev_, Allocate(DType::kI32, {cap}));
+  }
+  auto* rp = reinterpret_cast<kernels::SampleRow*>(sample_params_host_.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const SampleRowParams& p = params[r];
+    rp[r] = kernels::SampleRow{p.temperature, p.top_k, p.top_p, p.min_p, p.seed, p.step};
+  }
+  ICECACHE_RETURN_IF_ERROR(
+      CopyBlocks(rp, sample_params_dev_.data(), 1, rows * 32, rows * 32, rows * 32));
+  CheckCuda(
+      kernels::LaunchSample(stream(), logits.data_as<const float>(), rows, logits.dim(1),
+                            reinterpret_cast<const kernels::SampleRow*>(sample_params_dev_.data()),
+                            sample_ids_dev_.data_as<int32_t>()),
+      "sample");
+  ICECACHE_RETURN_IF_ERROR(
+      CopyBlocks(sample_ids_dev_.data(), sample_ids_host_.data(), 1, rows * 4, rows * 4, rows * 4));
+  Synchronize();
+  std::memcpy(out.data(), sample_ids_host_.data(), static_cast<size_t>(rows) * 4);
+  return Status::Ok();
+}
+
+}  // namespace icecache::cuda

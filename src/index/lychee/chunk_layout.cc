@@ -1,0 +1,125 @@
+#include "index/lychee/chunk_layout.h"
+
+#include <cstring>
+
+#include "core/check.h"
+#include "core/half.h"
+
+namespace icecache::lychee {
+
+int32_t AbsorbPlan::PagesAllocated(int page_size) const {
+  int32_t n = 0;
+  for (int32_t len : chunk_lens) n += (len + page_size - 1) / page_size;
+  return n + (new_pending_tokens + page_size - 1) / page_size;
+}
+
+namespace {
+
+// Copies token rows between pages of one pool (K, V and position).
+class RowCopier {
+ public:
+  explicit RowCopier(const KvPoolView& pool)
+      : pool_(pool), row_bytes_(static_cast<size_t>(pool.head_dim) * BlockBytes(pool.dtype)) {}
+  void Copy(int32_t src_page, int src_slot, int32_t dst_page, int dst_slot) const {
+    const int64_t s = static_cast<int64_t>(src_page) * pool_.page_size + src_slot;
+    const int64_t d = static_cast<int64_t>(dst_page) * pool_.page_size + dst_slot;
+    std::memcpy(static_cast<char*>(pool_.k) + d * row_bytes_,
+                static_cast<const char*>(pool_.k) + s * row_bytes_, row_bytes_);
+    std::memcpy(static_cast<char*>(pool_.v) + d * row_bytes_,
+                static_cast<const char*>(pool_.v) + s * row_bytes_, row_bytes_);
+    pool_.positions[d] = pool_.positions[s];
+  }
+
+ private:
+  KvPoolView pool_;
+  size_t row_bytes_;
+};
+
+}  // namespace
+
+Status ApplyAbsorb(KvSequence& seq, int layer, int head, const AbsorbPlan& plan) {
+  const int p = seq.layout().page_size;
+  PagePool& pool = seq.pool();
+  // Allocate first so that a failure changes nothing.
+  std::vector<int32_t> fresh;
+  const int32_t need = plan.PagesAllocated(p);
+  fresh.reserve(need);
+  for (int32_t i = 0; i < need; ++i) {
+    auto id = pool.Allocate();
+    if (!id.ok()) {
+      for (int32_t f : fresh) pool.Free(f);
+      return id.status();
+    }
+    fresh.push_back(*id);
+  }
+  int32_t tail_index = 0;
+  {
+    const std::vector<PageRef>& before = seq.MutableHead(layer, head, &tail_index);
+    ICECACHE_CHECK(tail_index == plan.keep_pages + plan.old_pending_pages);
+    ICECACHE_CHECK(seq.tail_pos(layer, head) == plan.tail_pos);
+    ICECACHE_CHECK(static_cast<int32_t>(before.size()) >= tail_index + plan.advance_pages);
+  }
+  seq.AdvanceTail(layer, head, plan.advance_pages);
+  const std::vector<PageRef> pages = seq.MutableHead(layer, head, &tail_index);
+  const RowCopier copier(pool.view());
+  // Source of the token at `pos`: the pending pages, then the absorbed tail pages, both in
+  // position order.
+  auto source = [&](int64_t pos, int32_t* page, int* slot) {
+    if (pos < plan.tail_pos) {
+      const int64_t rel = pos - plan.pending_pos;
+      *page = pages[plan.keep_pages + rel / p].id;
+      *slot = static_cast<int>(rel % p);
+    } else {
+      const int64_t rel = pos - plan.tail_pos;
+      *page = pages[plan.keep_pages + plan.old_pending_pages + rel / p].id;
+      *slot = static_cast<int>(rel % p);
+    }
+  };
+  std::vector<PageRef> head_pages(pages.begin(), pages.begin() + plan.keep_pages);
+  size_t next = 0;
+  int64_t pos = plan.pending_pos;
+  // Writes `len` tokens from `pos` on into fresh pages, page_size per page.
+  auto lay_out = [&](int32_t len) {
+    for (int32_t done = 0; done < len;) {
+      const int32_t dst = fresh[next++];
+      const int32_t n = std::min(p, len - done);
+      for (int t = 0; t < n; ++t) {
+        int32_t src_page = 0;
+        int src_slot = 0;
+        source(pos++, &src_page, &src_slot);
+        copier.Copy(src_page, src_slot, dst, t);
+      }
+      pool.Touch(dst);
+      head_pages.push_back({dst, n});
+      done += n;
+    }
+  };
+  for (int32_t len : plan.chunk_lens) lay_out(len);
+  lay_out(plan.new_pending_tokens);
+  ICECACHE_CHECK(next == fresh.size());
+  ICECACHE_CHECK(pos == plan.tail_pos + static_cast<int64_t>(plan.advance_pages) * p);
+  seq.ReplaceHead(layer, head, std::move(head_pages));
+  return Status::Ok();
+}
+
+void GatherKeys(const KvPoolView& pool, const std::vector<PageRef>& pages, int32_t begin, int32_t n,
+                std::vector<float>* out) {
+  const int64_t d = pool.head_dim;
+  for (int32_t i = begin; i < begin + n; ++i) {
+    const PageRef& page = pages[i];
+    const int64_t offset = static_cast<int64_t>(page.id) * pool.page_size * d;
+    const int64_t count = page.len * d;
+    const size_t at = out->size();
+    out->resize(at + count);
+    float* dst = out->data() + at;
+    if (pool.dtype == DType::kF32) {
+      std::memcpy(dst, static_cast<const float*>(pool.k) + offset, count * sizeof(float));
+    } else {
+      const uint16_t* src = static_cast<const uint16_t*>(pool.k) + offset;
+      const bool bf16 = pool.dtype == DType::kBF16;
+      for (int64_t j = 0; j < count; ++j) dst[j] = bf16 ? Bf16ToF32(src[j]) : F16ToF32(src[j]);
+    }
+  }
+}
+
+}  // namespace icecache::lychee

@@ -1,0 +1,133 @@
+// Host-side entry points of the CUDA kernels: plain C++ (no CUDA headers), so that backend
+// .cc files can call them. Every launcher enqueues work on `stream` and returns the CUDA error
+// code of the launch (0: success); it never allocates and never synchronizes. Pointers are
+// device memory unless noted. Kernels ignore out-of-range ids, slots and page ids (the CPU
+// backend aborts on them; here they are dropped so that no kernel reads or writes out of
+// bounds).
+#pragma once
+
+#include <cstdint>
+
+struct CUstream_st;
+
+namespace icecache::kernels {
+
+using Stream = CUstream_st*;
+
+enum class ElemType : int { kF32, kBF16 };
+
+const char* ErrorString(int code);
+
+// ---- element-wise and row-wise ops (elementwise.cu) -----------------------------------------
+
+int LaunchEmbed(Stream s, const void* table, ElemType table_type, int64_t vocab, const int32_t* ids,
+                int64_t rows, int64_t cols, void* out, ElemType out_type);
+int LaunchRmsNorm(Stream s, const void* x, ElemType x_type, const float* w, float eps, int64_t rows,
+                  int64_t cols, void* out, ElemType out_type);
+// inout += a (rounded to `type`), then out = RmsNorm(inout) * w; all of `type`.
+int LaunchAddRmsNorm(Stream s, const void* a, void* inout, ElemType type, const float* w, float eps,
+                     int64_t rows, int64_t cols, void* out);
+int LaunchAdd(Stream s, const void* a, void* inout, ElemType type, int64_t n);
+int LaunchSwiGlu(Stream s, const void* gate, const void* up, void* out, ElemType type, int64_t n);
+int LaunchRope(Stream s, const int32_t* positions, const float* inv_freq, void* x, ElemType type,
+               int64_t n, int64_t heads, int64_t head_dim);
+int LaunchAddBias(Stream s, void* y, ElemType type, const float* bias, int64_t rows, int64_t cols);
+int LaunchFillRandom(Stream s, void* t, ElemType type, int64_t n, uint64_t seed, float scale,
+                     float offset);
+
+// K/V rows of a step into their page slots (the pool is bf16).
+struct KvWriteParams {
+  const void* k = nullptr;  // [n_tokens, kv_heads, head_dim] of act_type
+  const void* v = nullptr;
+  ElemType act_type = ElemType::kBF16;
+  const int32_t* slots = nullptr;      // [n_tokens, kv_heads]
+  const int32_t* positions = nullptr;  // [n_tokens]
+  int64_t n_tokens = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  void* pool_k = nullptr;  // bf16 [num_slots, head_dim]
+  void* pool_v = nullptr;
+  int32_t* pool_pos = nullptr;  // [num_slots]
+  int64_t num_slots = 0;
+};
+// WriteKv; when `inv_freq` is not null, first rotates q ([n_tokens, q_heads, head_dim], in
+// place) and k (in place, and the rotated rows go to the pool): Rope + Rope + WriteKv fused.
+int LaunchRopeWriteKv(Stream s, const float* inv_freq, void* q, int64_t q_heads,
+                      const KvWriteParams& p);
+
+// Copies whole pages: K, V (bf16, page_elems each) and positions (page_size each).
+int LaunchCopyPages(Stream s, const void* src_k, const void* src_v, const int32_t* src_pos,
+                    int64_t src_pages, void* dst_k, void* dst_v, int32_t* dst_pos,
+                    int64_t dst_pages, const int32_t* src_ids, const int32_t* dst_ids, int64_t n,
+                    int64_t page_size, int64_t head_dim);
+
+// ---- small-batch GEMV (gemv.cu) ---------------------------------------------------------
+
+// y[n, m] = x[n, k] w[m, k]^T (+ bias[m]) for bf16 x and w, n <= kGemvMaxRows, k % 8 == 0 and
+// 16-byte aligned rows. Reads each weight once at full width.
+constexpr int kGemvMaxRows = 4;
+int LaunchGemv(Stream s, const void* x, const void* w, const float* bias, void* y, ElemType y_type,
+               int64_t n, int64_t m, int64_t k, int num_sms);
+
+// ---- paged attention (attention_*.cu) ---------------------------------------------------
+
+struct AttentionParams {
+  const void* q = nullptr;            // bf16 [n_tokens, n_heads, head_dim]
+  void* out = nullptr;                // bf16 [n_tokens, n_heads, head_dim]
+  const int32_t* q_pos = nullptr;     // [n_tokens]
+  const int32_t* row_base = nullptr;  // [n_tokens]
+  const int32_t* indptr = nullptr;    // [num_rows + 1]
+  const int32_t* indices = nullptr;
+  const int32_t* lens = nullptr;
+  int32_t num_rows = 0;
+  const void* pool_k = nullptr;  // bf16 [num_pages, page_size, head_dim]
+  const void* pool_v = nullptr;
+  const int32_t* pool_pos = nullptr;  // [num_pages, page_size]
+  int64_t num_pages = 0;
+  int page_size = 0;
+  int n_tokens = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 1.0f;
+  bool causal = true;
+};
+
+// Caller-owned scratch of the split-KV decode kernel (zeroed counters before first use; the
+// kernel leaves them zero).
+struct DecodeWorkspace {
+  float* partial_o = nullptr;    // [n_tokens * n_heads * splits * head_dim]
+  float* partial_lse = nullptr;  // [n_tokens * n_heads * splits]
+  int32_t* counters = nullptr;   // [n_tokens * n_kv_heads * head_chunks]
+  int64_t o_capacity = 0;        // floats
+  int64_t lse_capacity = 0;      // floats
+  int64_t counter_capacity = 0;  // ints
+};
+
+bool AttentionSupportsHeadDim(int head_dim);
+constexpr int kMaxDecodeSplits = 64;
+// Splits of each row's page list for the decode kernel: a function of the shape only (never
+// of the page counts), so a captured launch stays valid as the lists change.
+int DecodeSplits(const AttentionParams& p, const DecodeWorkspace& ws, int num_sms);
+// One query per (token, KV head group): split-KV over the row's pages, partial results merged
+// by log-sum-exp in the last block of each row (no second launch).
+int LaunchDecodeAttention(Stream s, const AttentionParams& p, int splits,
+                          const DecodeWorkspace& ws);
+// Flash-attention tiling with bf16 tensor cores for runs of query tokens that share a row.
+int LaunchPrefillAttention(Stream s, const AttentionParams& p);
+
+// ---- sampling (sampling.cu) -------------------------------------------------------------
+
+struct SampleRow {
+  float temperature;
+  int32_t top_k;
+  float top_p;
+  float min_p;
+  uint64_t seed;
+  uint64_t step;
+};
+// out[r] = a token drawn from row r of logits (f32 [rows, vocab]); params: rows entries.
+int LaunchSample(Stream s, const float* logits, int64_t rows, int64_t vocab,
+                 const SampleRow* params, int32_t* out);
+
+}  // namespace icecache::kernels
