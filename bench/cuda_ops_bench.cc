@@ -7,8 +7,9 @@
 //   build-x/bench/cuda_ops_bench [--benchmark_filter=Attention]
 //
 // Each iteration: the op repeated `inner` times, then one device synchronization (launch gaps
-// included; Time is per iteration). Counters: s/op = seconds per op; GB/s = bytes the op must
-// read per second; TFLOP/s = 2 * MACs per second.
+// included; Time is per iteration). Counters, per op and from the measured (manual) time, not
+// the process CPU time: s/op = seconds per op; GB/s = bytes the op must read per second;
+// TFLOP/s = 2 * MACs per second.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -44,22 +45,34 @@ Tensor Random(Backend& b, DType dtype, std::initializer_list<int64_t> shape, uin
   return t;
 }
 
-// Runs `op` in the benchmark loop, timing batches of `inner` calls with one sync each; returns
-// `inner` (ops per iteration) for the rate counters.
+// Measured time and ops of a benchmark run.
+struct Timing {
+  double seconds = 0.0;
+  double ops = 0.0;
+  // `amount` per op (bytes, FLOPs) as a rate in units of `unit` per second.
+  double Rate(double amount, double unit) const {
+    return seconds > 0.0 ? amount * ops / seconds / unit : 0.0;
+  }
+};
+
+// Runs `op` in the benchmark loop, timing batches of `inner` calls with one sync each; sets the
+// s/op counter and returns the measured time for the rate counters.
 template <typename F>
-double TimeOp(benchmark::State& state, Backend& b, int inner, F&& op) {
+Timing TimeOp(benchmark::State& state, Backend& b, int inner, F&& op) {
   op();
   b.Synchronize();
+  Timing t;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < inner; ++i) op();
     b.Synchronize();
     const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     state.SetIterationTime(dt.count());
+    t.seconds += dt.count();
+    t.ops += inner;
   }
-  state.counters["s/op"] = benchmark::Counter(
-      inner, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
-  return inner;
+  state.counters["s/op"] = t.ops > 0.0 ? t.seconds / t.ops : 0.0;
+  return t;
 }
 
 void BM_MatMul(benchmark::State& state) {
@@ -69,11 +82,10 @@ void BM_MatMul(benchmark::State& state) {
   Tensor x = Random(*b, DType::kBF16, {n, k}, 1);
   Tensor w = Random(*b, DType::kBF16, {m, k}, 2, 0.02f);
   Tensor y = b->Allocate(DType::kBF16, {n, m}).value();
-  TimeOp(state, *b, n == 1 ? 50 : 5, [&] { b->MatMul(x, w, nullptr, y); });
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(m * k * 2) * 1e-9,
-                                              benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["TFLOP/s"] =
-      benchmark::Counter(2.0 * n * m * k * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+  const Timing t = TimeOp(state, *b, n == 1 ? 50 : 5, [&] { b->MatMul(x, w, nullptr, y); });
+  // Bytes: the weights, read once (activations are small or cached).
+  state.counters["GB/s"] = t.Rate(static_cast<double>(m * k * 2), 1e9);
+  state.counters["TFLOP/s"] = t.Rate(2.0 * n * m * k, 1e12);
 }
 BENCHMARK(BM_MatMul)
     ->ArgNames({"n", "m", "k"})
@@ -154,9 +166,9 @@ void BM_DecodeAttention(benchmark::State& state) {
   if (b == nullptr) return state.SkipWithError("no GPU");
   const int64_t context = state.range(0);
   PagedKv kv = MakeKv(*b, context, 1);
-  const double ops = TimeOp(state, *b, 20, [&] { b->Attention(kv.args); });
-  state.counters["GB/s"] = benchmark::Counter(ops * context * 8.0 * 128 * 2 * 2 * 1e-9,
-                                              benchmark::Counter::kIsIterationInvariantRate);
+  const Timing t = TimeOp(state, *b, 20, [&] { b->Attention(kv.args); });
+  // Bytes: K and V of every key (8 KV heads, d128, bf16).
+  state.counters["GB/s"] = t.Rate(context * 8.0 * 128 * 2 * 2, 1e9);
 }
 BENCHMARK(BM_DecodeAttention)
     ->ArgName("context")
@@ -171,12 +183,11 @@ void BM_PrefillAttention(benchmark::State& state) {
   if (b == nullptr) return state.SkipWithError("no GPU");
   const int64_t context = state.range(0), queries = state.range(1);
   PagedKv kv = MakeKv(*b, context, queries);
-  const double ops = TimeOp(state, *b, 2, [&] { b->Attention(kv.args); });
+  const Timing t = TimeOp(state, *b, 2, [&] { b->Attention(kv.args); });
   // Causal MACs: every query against every earlier key, for q.k and p.v.
   const double pairs = queries * static_cast<double>(context - queries) +
                        queries * static_cast<double>(queries + 1) / 2;
-  state.counters["TFLOP/s"] = benchmark::Counter(ops * 4.0 * pairs * 32 * 128 * 1e-12,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["TFLOP/s"] = t.Rate(4.0 * pairs * 32 * 128, 1e12);
 }
 BENCHMARK(BM_PrefillAttention)
     ->ArgNames({"context", "queries"})
@@ -192,7 +203,9 @@ void BM_RmsNorm(benchmark::State& state) {
   Tensor x = Random(*b, DType::kBF16, {n, 4096}, 7);
   Tensor a = Random(*b, DType::kBF16, {n, 4096}, 8);
   Tensor w = Random(*b, DType::kF32, {4096}, 9);
-  TimeOp(state, *b, 50, [&] { b->AddRmsNorm(a, x, w, 1e-5f, a); });
+  const Timing t = TimeOp(state, *b, 50, [&] { b->AddRmsNorm(a, x, w, 1e-5f, a); });
+  // Bytes: read a and x, write a and the output (bf16), read w.
+  state.counters["GB/s"] = t.Rate(n * 4096.0 * 2 * 4 + 4096.0 * 4, 1e9);
 }
 BENCHMARK(BM_RmsNorm)->Arg(1)->Arg(4096)->UseManualTime()->Unit(benchmark::kMicrosecond);
 

@@ -88,6 +88,11 @@ struct KvStats {
   int64_t host_kv_bytes = 0;      // KV of this sequence in the host tier
   int64_t working_set_bytes = 0;  // working-set slots reserved for this sequence
   int64_t index_bytes = 0;        // index metadata
+  // Attention-mass recall (KvConfig::recall): per (decode step, layer, query head) the exact
+  // softmax mass on the attended tokens over the mass of every token; layers that attended a
+  // selection (every layer for "full"). recall_samples == 0: not measured.
+  int64_t recall_samples = 0;
+  double recall_mean = 0, recall_p10 = 0, recall_min = 0;
 };
 
 struct GenerateStats {

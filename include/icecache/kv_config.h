@@ -26,6 +26,10 @@ struct KvConfig {
   std::string oracle_unit = "page";
   // Element type of stored K/V: "auto" (f32 on the CPU, bf16 on GPUs), "f32", "f16", "bf16".
   std::string dtype = "auto";
+  // Measure attention-mass recall at every decode step (--kv-recall): the share of the exact
+  // softmax mass, over every key of each (layer, KV head), that falls on the attended tokens.
+  // Costs a full attention pass per step on the host; results are in KvStats.
+  bool recall = false;
 
   // Sink and window after resolving the -1 defaults (tokens).
   int ResolvedSink() const;

@@ -2,14 +2,17 @@
 // (Engine::GenerateBatch with pre-tokenized prompts, greedy decoding, EOS ignored). With
 // --batch N, N sequences are prefilled one after another and then decode in lockstep.
 // Synthetic models (--synthetic) get seeded random token ids instead of tokenized text.
+// --kv-policies compares the decode speed of several KV policies in one run (bench_policies.h).
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <sstream>
 
 #include <fmt/format.h>
 
+#include "cli/bench_policies.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/stats_json.h"
@@ -28,6 +31,8 @@ struct BenchArgs {
   int batch = 1;
   bool shared_prompt = false;
   bool json = false;
+  std::string policies;   // --kv-policies: compare these policies
+  std::string text_file;  // prompt text instead of the built-in filler
 };
 
 // --shared-prompt: one sequence is prefilled, then forked (a device copy of its KV) into the
@@ -89,12 +94,23 @@ int Run(const BenchArgs& a) {
   for (int c : *contexts) {
     if (c <= a.decode + 1) return ReportError(InvalidArgument("context too short for --decode"));
   }
+  std::vector<std::string> policies;
+  if (!a.policies.empty()) {
+    auto list = ParsePolicyList(a.policies, a.model.kv);
+    if (!list.ok()) return ReportError(list.status());
+    policies = std::move(*list);
+    if (a.batch != 1 || a.shared_prompt) {
+      return ReportError(InvalidArgument("--kv-policies runs one sequence (no --batch)"));
+    }
+  }
   EngineOptions eo = a.model.ToEngineOptions();
   if (eo.context_size == 0) eo.context_size = max_ctx + 1;
   if (eo.context_size <= max_ctx) {
     return ReportError(InvalidArgument("--ctx-size must exceed the largest bench context"));
   }
   eo.max_sequences = std::max(eo.max_sequences, a.batch);
+  // --kv-policies: the full prefill plus one fork, which may need twice the positional pages.
+  if (!policies.empty()) eo.max_sequences = std::max(eo.max_sequences, 3);
   auto engine_or = Engine::Create(eo);
   if (!engine_or.ok()) return ReportError(engine_or.status());
   Engine& engine = **engine_or;
@@ -107,18 +123,36 @@ int Run(const BenchArgs& a) {
     tokens.resize(static_cast<size_t>(max_ctx));
     for (int32_t& t : tokens) t = id(rng);
   } else {
-    // Real text as prompt tokens.
-    const std::string text = MakeFillerText(max_ctx, 1234);
+    // Real text as prompt tokens: the built-in filler prose or --text-file.
+    std::string text;
+    if (a.text_file.empty()) {
+      text = MakeFillerText(max_ctx, 1234);
+    } else {
+      std::ifstream in(a.text_file, std::ios::binary);
+      if (!in) return ReportError(NotFound(a.text_file + ": cannot open text file"));
+      std::stringstream ss;
+      ss << in.rdbuf();
+      text = ss.str();
+    }
     auto ids = engine.Tokenize(text, true, false);
     if (!ids.ok()) return ReportError(ids.status());
     if (static_cast<int>(ids->size()) < max_ctx) {
-      return ReportError(Internal("filler text too short for the benchmark"));
+      return ReportError(InvalidArgument(
+          (a.text_file.empty() ? std::string("filler text") : a.text_file) + " has " +
+          std::to_string(ids->size()) + " tokens, fewer than the largest context (" +
+          std::to_string(max_ctx) + ")"));
     }
     tokens = std::move(*ids);
   }
   if (!a.json) {
     std::printf("model %s (%s), %s\n", engine.info().name.c_str(), engine.info().path.c_str(),
                 engine.info().backend.c_str());
+  }
+  if (!policies.empty()) {
+    PolicyBenchParams p{*contexts, policies, a.model.kv, a.decode, a.repeats, a.json};
+    return RunPolicyBench(engine, tokens, p);
+  }
+  if (!a.json) {
     std::printf(
         "each context: %d sequence(s), each prefilled with (context - %d) prompt tokens, then "
         "%d decode steps; median of %d runs\n\n",
@@ -214,6 +248,11 @@ Command AddBenchCommand(CLI::App& root) {
                 "prefill one sequence and fork it into the batch (decode speed at large batches "
                 "without a prefill per sequence)");
   app->add_flag("--json", args->json, "print results as JSON");
+  app->add_option("--kv-policies", args->policies,
+                  "compare the decode speed of these KV policies in one run (e.g. "
+                  "full,icecache,lychee,quest; the other --kv-* options apply to each)");
+  app->add_option("--text-file", args->text_file,
+                  "prompt text from this file (instead of built-in filler prose)");
   return {app, [args]() { return Run(*args); }};
 }
 

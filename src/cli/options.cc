@@ -76,6 +76,9 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
                  "stored K/V type: auto (f32 on CPU, bf16 on GPU), f32, f16, bf16")
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}))
       ->capture_default_str();
+  app.add_flag("--kv-recall", kv.recall,
+               "measure attention-mass recall (exact softmax mass on the attended tokens) at "
+               "every decode step; a full attention pass per step, CPU only; shown by --kv-stats");
 }
 
 void AddSamplingOptions(CLI::App& app, SamplingOptions* o) {

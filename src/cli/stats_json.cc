@@ -41,6 +41,10 @@ nlohmann::json KvStatsToJson(const KvStats& s) {
       {"host_kv_bytes", s.host_kv_bytes},
       {"working_set_bytes", s.working_set_bytes},
       {"index_bytes", s.index_bytes},
+      {"recall_samples", s.recall_samples},
+      {"recall_mean", s.recall_mean},
+      {"recall_p10", s.recall_p10},
+      {"recall_min", s.recall_min},
   };
 }
 
@@ -48,7 +52,7 @@ std::string KvStatsText(const KvStats& s) {
   const double step = s.select_seconds + s.fetch_seconds + s.attend_seconds + s.other_seconds;
   auto ms = [](double sec) { return sec * 1e3; };
   auto pct = [step](double sec) { return step > 0 ? 100.0 * sec / step : 0.0; };
-  return fmt::format(
+  std::string text = fmt::format(
       "kv policy        {}\n"
       "decode steps     {} (average context {:.0f} tokens)\n"
       "layers           {} sparse, {} dense\n"
@@ -65,6 +69,13 @@ std::string KvStatsText(const KvStats& s) {
       HumanBytes(s.host_kv_bytes), HumanBytes(s.working_set_bytes), ms(step), ms(s.select_seconds),
       pct(s.select_seconds), ms(s.fetch_seconds), pct(s.fetch_seconds), ms(s.attend_seconds),
       pct(s.attend_seconds), ms(s.other_seconds), pct(s.other_seconds));
+  if (s.recall_samples > 0) {
+    text += fmt::format(
+        "\nrecall           attention mass on attended tokens: mean {:.4f}, p10 {:.3f}, min "
+        "{:.4f} over {} (step, layer, query head) samples",
+        s.recall_mean, s.recall_p10, s.recall_min, s.recall_samples);
+  }
+  return text;
 }
 
 nlohmann::json ModelInfoToJson(const ModelInfo& i) {

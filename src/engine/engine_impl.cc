@@ -233,7 +233,8 @@ Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
   bool sparse = false;
   for (SequenceState* s : states) {
     seqs.push_back(&s->seq);
-    sparse = sparse || s->sparse();
+    // --kv-recall runs full sequences through the sparse path too (it measures there).
+    sparse = sparse || s->sparse() || s->kv.recall;
   }
   ForwardInput in{seqs, tokens, counts, LogitsMode::kLast, {}};
   if (sparse) {
@@ -249,7 +250,7 @@ Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
     ++st.acct.steps;
     st.acct.total_s += dt;
     st.acct.context += static_cast<double>(st.seq.length());
-    if (!st.sparse()) {  // dense: every token of every (layer, KV head)
+    if (!sparse) {  // dense attention: every token of every (layer, KV head)
       st.acct.dense_layer_steps += info_.n_layers;
       st.acct.tokens_dense +=
           static_cast<double>(st.seq.length()) * info_.n_layers * info_.n_kv_heads;

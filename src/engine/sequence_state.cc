@@ -11,6 +11,10 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
   s.host_kv_bytes = seq.num_pages() * seq.layout().page_bytes();
   s.working_set_bytes = working_set ? working_set->bytes() : 0;
   s.index_bytes = index ? index->MemoryBytes() : 0;
+  s.recall_samples = acct.recall.samples();
+  s.recall_mean = acct.recall.Mean();
+  s.recall_p10 = acct.recall.Percentile(0.1);
+  s.recall_min = acct.recall.min();
   if (acct.steps == 0) return s;
   const double steps = static_cast<double>(acct.steps);
   if (acct.sparse_layer_steps > 0) {
@@ -35,8 +39,8 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
   s.select_seconds = acct.select_s / steps;
   s.fetch_seconds = acct.fetch_s / steps;
   s.attend_seconds = acct.attend_s / steps;
-  s.other_seconds =
-      std::max(0.0, (acct.total_s - acct.select_s - acct.fetch_s - acct.attend_s) / steps);
+  s.other_seconds = std::max(
+      0.0, (acct.total_s - acct.recall_s - acct.select_s - acct.fetch_s - acct.attend_s) / steps);
   return s;
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/attention_recall.h"
 #include "icecache/engine.h"
 #include "index/policy.h"
 #include "kv/kv_sequence.h"
@@ -24,6 +25,8 @@ struct KvAccounting {
   int64_t nodes = 0;
   double select_s = 0, fetch_s = 0, attend_s = 0, total_s = 0;
   WorkingSetCounters ws_start;  // working-set counters when accounting began
+  RecallTally recall;           // KvConfig::recall: attention-mass recall samples
+  double recall_s = 0;          // time spent measuring recall (not charged to the step)
 };
 
 struct SequenceState {

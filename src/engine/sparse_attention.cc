@@ -18,7 +18,7 @@ Status SparseAttention::Prepare(const StepContext& step) {
     }
   }
   if (backend_->device() != Device::kCpu) {
-    return Unsupported("sparse KV policies run on the CPU backend for now");
+    return Unsupported("sparse KV policies and --kv-recall run on the CPU backend for now");
   }
   positions_ = step.positions;
   if (row_base_.empty()) {
@@ -60,7 +60,7 @@ Status SparseAttention::AttendOne(const Tensor& q, const Tensor& out, int64_t to
   a.pool = pool;
   a.n_heads = config_.n_heads;
   a.n_kv_heads = heads;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  a.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));  // as AttentionRecall
   a.causal = true;
   backend_->Attention(a);
   return Status::Ok();
@@ -68,6 +68,8 @@ Status SparseAttention::AttendOne(const Tensor& q, const Tensor& out, int64_t to
 
 Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
   const int heads = config_.n_kv_heads;
+  const int group = config_.n_heads / heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
   const int64_t qrow = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
   for (size_t i = 0; i < states_.size(); ++i) {
     SequenceState& st = *states_[i];
@@ -80,6 +82,14 @@ Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
         for (const PageRef& p : selected_[h]) acct.tokens_dense += p.len;
       }
       ++acct.dense_layer_steps;
+      if (st.kv.recall && !st.sparse()) {
+        const double r0 = NowSeconds();
+        const float* qh = q.data_as<const float>() + t * qrow;
+        for (int h = 0; h < heads; ++h) {
+          recall_.AddPages(st.seq, layer, h, qh, group, scale, selected_[h], &acct.recall);
+        }
+        acct.recall_s += NowSeconds() - r0;
+      }
       const double t0 = NowSeconds();
       ICECACHE_RETURN_IF_ERROR(AttendOne(q, out, t, selected_, st.seq.pool().view()));
       acct.attend_s += NowSeconds() - t0;
@@ -96,6 +106,17 @@ Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
       st.index->Select(st.seq, layer, qh, selected_, &sel);
     }
     const double t1 = NowSeconds();
+    if (st.kv.recall) {
+      for (int h = 0; h < heads; ++h) {
+        if (tokens) {
+          recall_.AddSlots(st.seq, layer, h, qh, group, scale, token_slots_[h], &acct.recall);
+        } else {
+          recall_.AddPages(st.seq, layer, h, qh, group, scale, selected_[h], &acct.recall);
+        }
+      }
+      acct.recall_s += NowSeconds() - t1;
+    }
+    const double t1f = NowSeconds();
     // fetch
     for (int h = 0; h < heads; ++h) {
       mapped_[h].clear();
@@ -118,7 +139,7 @@ Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
     ICECACHE_RETURN_IF_ERROR(AttendOne(q, out, t, mapped_, st.working_set->view()));
     const double t3 = NowSeconds();
     acct.select_s += t1 - t0;
-    acct.fetch_s += t2 - t1;
+    acct.fetch_s += t2 - t1f;
     acct.attend_s += t3 - t2;
     acct.nodes += sel.nodes_visited;
     ++acct.sparse_layer_steps;

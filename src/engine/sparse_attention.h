@@ -2,13 +2,16 @@
 // policy selects pages per KV head (select), the working set brings missing pages in with one
 // batched copy (fetch), and attention runs over exactly the selected pages in the working set
 // (attend). Sequences without a policy ("full") and the first kv.dense_layers layers attend
-// every page of the host tier. Time and work are charged to each sequence's accounting.
+// every page of the host tier. Time and work are charged to each sequence's accounting. With
+// KvConfig::recall it also measures the attention-mass recall of what each step attends (every
+// layer of a "full" sequence, the selecting layers of a policy's).
 #pragma once
 
 #include <span>
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/attention_recall.h"
 #include "engine/layer_attention.h"
 #include "engine/sequence_state.h"
 #include "model/model_config.h"
@@ -39,6 +42,7 @@ class SparseAttention : public LayerAttention {
   std::vector<std::vector<int32_t>> token_slots_;
   std::vector<int32_t> table_;  // host staging: indptr | indices | lens
   Tensor table_dev_, q_host_, pos_host_, row_base_;
+  AttentionRecall recall_;
 };
 
 }  // namespace icecache

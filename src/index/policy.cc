@@ -1,5 +1,7 @@
 #include "index/policy.h"
 
+#include <algorithm>
+
 #include "index/policies.h"
 
 namespace icecache {
@@ -21,6 +23,13 @@ int64_t PoolPagesFor(const KvConfig& config, const KvLayout& layout, int64_t tok
     // Chunks of at least half a page fill their pages at least half on average; the sink,
     // pending and tail pages add at most 4 pages per list.
     return 2 * positional + 4LL * layout.n_layers * layout.n_kv_heads;
+  }
+  if (config.policy == "icecache") {
+    // Leaves hold at least L = max(1, P / 2) tokens (balanced splits and bulk partitions),
+    // except a list's only leaf while its leaves hold fewer than P tokens; sink and tail pages
+    // are positional. So a list of n tokens holds at most n / L + 3 pages.
+    const int64_t min_fill = std::max(1, layout.page_size / 2);
+    return ((tokens + min_fill - 1) / min_fill + 4) * layout.n_layers * layout.n_kv_heads;
   }
   return positional;
 }

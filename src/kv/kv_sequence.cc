@@ -1,11 +1,17 @@
 #include "kv/kv_sequence.h"
 
 #include <algorithm>
+#include <atomic>
 #include <unordered_set>
 
 #include "core/check.h"
 
 namespace icecache {
+
+uint64_t KvSequence::NextStamp() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 KvSequence::KvSequence(PagePool* pool) : pool_(pool) {
   lists_.resize(static_cast<size_t>(layout().n_layers) * layout().n_kv_heads);
@@ -44,6 +50,8 @@ Status KvSequence::Grow(int64_t n) {
     for (size_t k = 0; k < need[i]; ++k) l.pages.push_back({fresh[next++], 0});
     // Tail pages that gain tokens: from the one holding length_ to the end.
     const size_t first = l.tail_index + static_cast<size_t>((length_ - l.tail_pos) / p);
+    // Only the last old page and the appended ones change; anything before them is an edit.
+    if (first + need[i] + 1 < l.pages.size()) l.stamp = NextStamp();
     for (size_t k = first; k < l.pages.size(); ++k) {
       const int64_t begin = l.tail_pos + static_cast<int64_t>(k - l.tail_index) * p;
       l.pages[k].len = static_cast<int32_t>(std::clamp<int64_t>(new_len - begin, 0, p));
@@ -68,9 +76,10 @@ void KvSequence::Truncate(int64_t n) {
   for (List& l : lists_) {
     if (n == 0) {
       for (const PageRef& r : l.pages) pool_->Free(r.id);
-      l = List();
+      l = List();  // a fresh stamp
       continue;
     }
+    l.stamp = NextStamp();
     const size_t keep = l.tail_index + static_cast<size_t>((n - l.tail_pos + p - 1) / p);
     while (l.pages.size() > keep) {
       pool_->Free(l.pages.back().id);
@@ -101,6 +110,7 @@ void KvSequence::Slots(int layer, int64_t first, int64_t n, int32_t* slots) cons
 
 std::vector<PageRef>& KvSequence::MutableHead(int layer, int head, int32_t* tail_index) {
   List& l = list(layer, head);
+  l.stamp = NextStamp();
   *tail_index = l.tail_index;
   return l.pages;
 }
@@ -128,6 +138,7 @@ void KvSequence::ReplaceHead(int layer, int head, std::vector<PageRef> pages) {
   all.insert(all.end(), l.pages.begin() + l.tail_index, l.pages.end());
   l.pages = std::move(all);
   l.tail_index = new_tail;
+  l.stamp = NextStamp();
 }
 
 int64_t KvSequence::num_pages() const {
@@ -168,6 +179,7 @@ Status KvSequence::CopyFrom(const KvSequence& other, Backend& backend) {
   for (size_t i = 0; i < lists_.size(); ++i) {
     lists_[i].tail_index = other.lists_[i].tail_index;
     lists_[i].tail_pos = other.lists_[i].tail_pos;
+    lists_[i].stamp = NextStamp();
     for (const PageRef& p : other.lists_[i].pages) lists_[i].pages.push_back({dst[next++], p.len});
   }
   length_ = other.length_;

@@ -48,6 +48,12 @@ class KvSequence {
   void Slots(int layer, int64_t first, int64_t n, int32_t* slots) const;
 
   const std::vector<PageRef>& pages(int layer, int head) const { return list(layer, head).pages; }
+  // Changes whenever the list changes other than by appending pages at its end (which may also
+  // change the length of its last page): truncation, MutableHead (every call: finish the edits
+  // through its reference before the next forward step), ReplaceHead, CopyFrom. Unique across all
+  // sequences and lists, so that page tables built from the lists can be updated incrementally
+  // while the stamps they saw stay the same.
+  uint64_t stamp(int layer, int head) const { return list(layer, head).stamp; }
   // First tail page and the position it starts at.
   int32_t tail_index(int layer, int head) const { return list(layer, head).tail_index; }
   int64_t tail_pos(int layer, int head) const { return list(layer, head).tail_pos; }
@@ -76,7 +82,9 @@ class KvSequence {
     std::vector<PageRef> pages;
     int32_t tail_index = 0;
     int64_t tail_pos = 0;
+    uint64_t stamp = NextStamp();
   };
+  static uint64_t NextStamp();
   const List& list(int layer, int head) const {
     return lists_[static_cast<size_t>(layer) * layout().n_kv_heads + head];
   }

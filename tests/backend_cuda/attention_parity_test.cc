@@ -1,7 +1,7 @@
 // CUDA paged attention against a dense float64 reference: shuffled page ids, partly filled
 // pages, positions out of order inside rows (semantic pages), sparse page lists, empty rows,
-// GQA group sizes 1..9 (one or two head chunks), head dims 64 and 128, page sizes that do and do
-// not divide the 64-slot tiles (and one larger than a tile), causal and not; the split-KV
+// GQA group sizes 1..9 and 20 (one or two head chunks), head dims 64 and 128, page sizes that do
+// and do not divide the 64-slot tiles (and one larger than a tile), causal and not; the split-KV
 // decode kernel (one or a few queries per row, many splits) and the tensor-core prefill kernel
 // (runs of queries, including a sequence boundary inside a 64-query tile).
 #include <gtest/gtest.h>
@@ -158,7 +158,8 @@ TEST(CudaAttention, DecodeMatchesDenseReference) {
   const std::vector<Case> cases = {
       {"llama 32/8 d128 p16 batch 3", 32, 8, 128, 16, true, {{3000, 1}, {17, 1}, {1200, 1}}},
       {"qwen 28/4 d128 (group 7)", 28, 4, 128, 16, true, {{777, 1}, {64, 1}}},
-      {"group 9 = two chunks, d64", 9, 1, 64, 16, true, {{500, 1}}},
+      {"group 9, d64", 9, 1, 64, 16, true, {{500, 1}}},
+      {"group 20 = two head chunks of 16, d64", 40, 2, 64, 16, true, {{500, 1}, {70, 1}}},
       {"smollm 9/3 d64 page 5, shuffled, sparse",
        9,
        3,

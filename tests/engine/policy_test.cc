@@ -57,7 +57,7 @@ TEST_F(PolicyTest, BudgetCoveringContextEqualsFullBitForBit) {
   auto full = MakeEngine(Policy("full", 256));
   auto want = full->Score({context, continuation, true});
   ASSERT_TRUE(want.ok());
-  for (const char* name : {"streaming", "quest", "oracle"}) {
+  for (const char* name : {"streaming", "quest", "oracle", "icecache"}) {
     SCOPED_TRACE(name);
     KvConfig kv = Policy(name, 512);
     if (std::string(name) == "streaming") kv.window = 512 - 8;
@@ -77,7 +77,7 @@ TEST_F(PolicyTest, BudgetCoveringContextEqualsFullBitForBit) {
 
 TEST_F(PolicyTest, SparsePoliciesAttendWithinBudget) {
   const std::vector<int32_t> context = Tokens(400, 3), continuation = Tokens(24, 4);
-  for (const char* name : {"streaming", "quest", "oracle"}) {
+  for (const char* name : {"streaming", "quest", "oracle", "icecache"}) {
     SCOPED_TRACE(name);
     auto engine = MakeEngine(Policy(name, 64));
     auto got = engine->Score({context, continuation, false});
@@ -229,7 +229,7 @@ TEST_F(SelectTest, QuestBoundHoldsForEveryKey) {
 }
 
 TEST_F(PolicyTest, SamplingWithPolicyIsDeterministicForASeed) {
-  for (const char* name : {"quest", "oracle", "streaming"}) {
+  for (const char* name : {"quest", "oracle", "streaming", "icecache"}) {
     auto engine = MakeEngine(Policy(name, 64));
     GenerateRequest r;
     r.prompt_tokens = Tokens(200, 6);

@@ -58,16 +58,19 @@ TEST_F(EvalCliTest, NeedleWritesResultsTableAndPlots) {
   const std::string out = testing::MakeTempDir("eval-needle");
   auto r = RunCommand(Needle(out, "--policies full,icecache --budgets 64"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(Lines(out + "/needle.jsonl"), 4 + 0) << Read(out + "/needle.jsonl");
+  // 2 lengths x 2 depths x (full, icecache/64).
+  EXPECT_EQ(Lines(out + "/needle.jsonl"), 8) << Read(out + "/needle.jsonl");
   const std::string md = Read(out + "/needle.md");
   EXPECT_EQ(r.out, md);
   EXPECT_NE(md.find("| policy | budget | 256 | 320 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| full | - |"), std::string::npos) << md;
-  // icecache is either implemented (a score) or reported as not available, never missing.
-  EXPECT_NE(md.find("| icecache | 64 |"), std::string::npos) << md;
-  if (md.find("not yet available") != std::string::npos) {
-    EXPECT_NE(r.err.find("KV policy icecache is not available yet"), std::string::npos) << r.err;
-  }
+  // Every configuration has a row with a score in each length column.
+  const size_t row = md.find("| icecache | 64 | ");
+  ASSERT_NE(row, std::string::npos) << md;
+  const std::string cells = md.substr(row, md.find('\n', row) - row);
+  EXPECT_EQ(cells.find(" - |", 14), std::string::npos) << cells;
+  EXPECT_EQ(r.err.find("not available"), std::string::npos) << r.err;
+  EXPECT_NE(Read(out + "/needle.jsonl").find("\"policy\":\"icecache\""), std::string::npos);
   EXPECT_TRUE(std::filesystem::exists(out + "/needle_heatmap_full.svg"));
   EXPECT_TRUE(std::filesystem::exists(out + "/needle_budget.svg"));
   EXPECT_NE(Read(out + "/needle.jsonl").find("\"policy\":\"full\""), std::string::npos);

@@ -1,10 +1,286 @@
-// Placeholder until the icecache policy lands: the factory reports it as unavailable.
+#include "index/icecache/icecache_index.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/check.h"
+#include "index/icecache/list_layout.h"
+#include "index/icecache/mips.h"
+#include "index/key_reader.h"
 #include "index/policies.h"
+#include "index/regions.h"
 
 namespace icecache {
 
-Result<std::unique_ptr<SequenceIndex>> MakeIceCacheIndex(const IndexContext&) {
-  return Unsupported("KV policy 'icecache' is not implemented yet");
+namespace ice {
+
+namespace {
+
+// Best q.k over `n` keys and the group's query heads.
+float BestDot(const TreeQuery& query, const float* keys, int n) {
+  float best = -std::numeric_limits<float>::infinity();
+  for (int t = 0; t < n; ++t) {
+    for (int g = 0; g < query.group; ++g) {
+      best = std::max(best, DotF(query.q + static_cast<size_t>(g) * query.dim,
+                                 keys + static_cast<size_t>(t) * query.dim, query.dim));
+    }
+  }
+  return best;
+}
+
+class PageScorer : public LeafScorer {
+ public:
+  PageScorer(const KvPoolView& pool, const std::vector<PageRef>& pages, int32_t first_leaf,
+             const TreeQuery& query)
+      : reader_(pool), pages_(pages), first_leaf_(first_leaf), query_(query) {}
+  float Score(int32_t leaf) override {
+    const PageRef& p = pages_[first_leaf_ + leaf];
+    return BestDot(query_, reader_.Keys(p.id, p.len), p.len);
+  }
+
+ private:
+  KeyReader reader_;
+  const std::vector<PageRef>& pages_;
+  int32_t first_leaf_;
+  const TreeQuery& query_;
+};
+
+}  // namespace
+
+IceCacheIndex::IceCacheIndex(const IndexContext& context) : context_(context) {
+  const int p = context_.layout.page_size;
+  sink_pages_ = (context_.limits.sink + p - 1) / p;
+  lists_.resize(static_cast<size_t>(context_.layout.n_layers) * context_.layout.n_kv_heads);
+  for (ListState& s : lists_) s.tree = LeafTree(context_.layout.head_dim);
+}
+
+int IceCacheIndex::BeamWidth(int64_t keys, int64_t pages) {
+  const int64_t by_size =
+      static_cast<int64_t>(std::ceil(kBeamPerToken * static_cast<double>(keys)));
+  return static_cast<int>(std::max<int64_t>({kMinBeam, by_size, 2 * pages}));
+}
+
+Status IceCacheIndex::OnAppend(KvSequence& seq, int64_t, std::span<const int32_t>) {
+  const int n_layers = context_.layout.n_layers, heads = context_.layout.n_kv_heads;
+  const int l0 = context_.config.dense_layers;
+  if (l0 >= n_layers) return Status::Ok();  // nothing is sparse
+  const int64_t len = seq.length();
+  if (!started_) {
+    bool arranged = false;
+    for (int l = l0; l < n_layers; ++l) {
+      for (int h = 0; h < heads; ++h) arranged = arranged || seq.tail_index(l, h) > 0;
+    }
+    if (arranged) {
+      ICECACHE_RETURN_IF_ERROR(Adopt(seq));
+    } else if (len <= context_.limits.budget) {
+      return Status::Ok();  // the whole context fits the budget: nothing to index yet
+    }
+    started_ = true;
+  }
+  const int64_t limit = len - context_.limits.window;  // positions before it left the window
+  for (int l = l0; l < n_layers; ++l) {
+    for (int h = 0; h < heads; ++h) Absorb(seq, l, h, limit);
+  }
+  return Status::Ok();
+}
+
+Status IceCacheIndex::Adopt(const KvSequence& seq) {
+  for (int l = context_.config.dense_layers; l < context_.layout.n_layers; ++l) {
+    for (int h = 0; h < context_.layout.n_kv_heads; ++h) {
+      if (seq.tail_index(l, h) == 0) continue;  // still positional: starts as usual
+      ListState& s = state(l, h);
+      ICECACHE_RETURN_IF_ERROR(AdoptList(seq, l, h, sink_pages_, &s.tree));
+      s.started = true;
+    }
+  }
+  return Status::Ok();
+}
+
+void IceCacheIndex::Absorb(KvSequence& seq, int layer, int head, int64_t limit) {
+  const int p = context_.layout.page_size;
+  ListState& s = state(layer, head);
+  if (!s.started) {
+    // The sink pages stay where they are: they only leave the tail.
+    if (static_cast<int64_t>(sink_pages_) * p > limit) return;
+    seq.AdvanceTail(layer, head, sink_pages_);
+    s.started = true;
+  }
+  const int64_t absorb = (limit - seq.tail_pos(layer, head)) / p;
+  if (absorb <= 0) return;
+  const int32_t pages = static_cast<int32_t>(absorb);
+  if (s.tree.empty() || absorb * p >= s.tree.keys()) {
+    if (RebuildList(seq, layer, head, sink_pages_, pages, &s.tree)) {
+      ++rebuilds_;
+      return;
+    }
+    if (s.tree.empty()) {
+      ++skipped_;
+      return;
+    }
+  }
+  if (InsertIntoList(seq, layer, head, sink_pages_, pages, &s.tree)) {
+    ++insertions_;
+  } else {
+    ++skipped_;
+  }
+}
+
+void IceCacheIndex::Select(const KvSequence& seq, int layer, const float* q,
+                           std::span<std::vector<PageRef>> out, SelectionStats* stats) {
+  const int heads = context_.layout.n_kv_heads, d = context_.layout.head_dim;
+  const int group = context_.n_heads / heads;
+  const SelectionLimits& lim = context_.limits;
+  const KvPoolView pool = seq.pool().view();
+  KeyReader reader(pool);
+  const int leader = ReuseLeader(layer);
+  if (leader >= 0 && reuse_.layer == leader && reuse_.length == seq.length()) {
+    SelectReused(seq, layer, out);
+    return;
+  }
+  const bool record = context_.config.reuse_layers > 1 && leader < 0;
+  if (record) {
+    reuse_.layer = layer;
+    reuse_.length = seq.length();
+    reuse_.positions.assign(heads, {});
+  }
+  for (int h = 0; h < heads; ++h) {
+    out[h].clear();
+    const std::vector<PageRef>& pages = seq.pages(layer, h);
+    if (SelectAllIfCovered(seq, layer, h, &out[h])) continue;
+    const ListRegions r = RegionsOf(seq, layer, h, lim);
+    const ListState& s = state(layer, h);
+    const bool indexed = Indexed(layer) && s.started;
+    static const LeafTree kEmpty;
+    const LeafTree& tree = indexed ? s.tree : kEmpty;
+    const TreeQuery query{q + static_cast<size_t>(h) * group * d, group, d};
+    // Loose pages: tail pages older than the window that are in no leaf yet.
+    const int32_t tail = seq.tail_index(layer, h);
+    const int32_t loose_begin = std::max(r.sink_end, indexed ? tail : 0);
+    ScoreLoose(pages, loose_begin, r.window_begin, query, reader, stats);
+    const int64_t tokens = static_cast<int64_t>(lim.budget) - r.sink_tokens - r.window_tokens;
+    const int64_t page_room =
+        static_cast<int64_t>(lim.max_pages) - r.sink_end - (r.end - r.window_begin);
+    if (context_.config.exact) {
+      ExactSelect(tree, query, loose_, tokens, page_room, &search_, &picks_, stats);
+    } else {
+      PageScorer scorer(pool, pages, sink_pages_, query);
+      BeamSelect(tree, query, BeamWidth(tree.keys(), page_room), loose_, tokens, page_room, scorer,
+                 &search_, &picks_, stats);
+    }
+    std::vector<PageRef>& o = out[h];
+    for (int32_t i = 0; i < r.sink_end; ++i) o.push_back(pages[i]);
+    for (const Pick& pick : picks_) {
+      const PageRef& page = pick.loose ? pages[loose_page_[pick.id]] : pages[sink_pages_ + pick.id];
+      o.push_back(page);
+      if (record) {
+        const int32_t* pos = reader.Positions(page.id);
+        reuse_.positions[h].insert(reuse_.positions[h].end(), pos, pos + page.len);
+      }
+    }
+    for (int32_t i = r.window_begin; i < r.end; ++i) o.push_back(pages[i]);
+  }
+}
+
+bool IceCacheIndex::SelectAllIfCovered(const KvSequence& seq, int layer, int head,
+                                       std::vector<PageRef>* out) const {
+  const SelectionLimits& lim = context_.limits;
+  if (seq.length() > lim.budget ||
+      static_cast<int64_t>(seq.pages(layer, head).size()) > lim.max_pages) {
+    return false;
+  }
+  SelectAll(seq, layer, head, out);
+  return true;
+}
+
+void IceCacheIndex::ScoreLoose(const std::vector<PageRef>& pages, int32_t begin, int32_t end,
+                               const TreeQuery& query, KeyReader& reader, SelectionStats* stats) {
+  const int d = query.dim;
+  loose_.clear();
+  loose_page_.clear();
+  if (context_.config.exact) PrepareQuery(query, &search_);
+  for (int32_t i = begin; i < end; ++i) {
+    const PageRef& page = pages[i];
+    if (page.len == 0) continue;
+    const float* k = reader.Keys(page.id, page.len);
+    float score;
+    if (context_.config.exact) {
+      centre_.resize(d);
+      const float radius = BallOf(k, page.len, d, centre_.data());
+      score = Bound(query, search_.q_norm, centre_.data(), radius);
+      ++stats->nodes_visited;
+    } else {
+      score = BestDot(query, k, page.len);
+      stats->keys_scored += static_cast<int64_t>(page.len) * query.group;
+    }
+    loose_.push_back({score, page.len});
+    loose_page_.push_back(i);
+  }
+}
+
+int IceCacheIndex::ReuseLeader(int layer) const {
+  const int n = context_.config.reuse_layers, l0 = context_.config.dense_layers;
+  if (n <= 1 || layer < l0 || (layer - l0) % n == 0) return -1;
+  return layer - (layer - l0) % n;
+}
+
+void IceCacheIndex::SelectReused(const KvSequence& seq, int layer,
+                                 std::span<std::vector<PageRef>> out) {
+  const SelectionLimits& lim = context_.limits;
+  const KeyReader reader(seq.pool().view());
+  for (int h = 0; h < context_.layout.n_kv_heads; ++h) {
+    out[h].clear();
+    const std::vector<PageRef>& pages = seq.pages(layer, h);
+    if (SelectAllIfCovered(seq, layer, h, &out[h])) continue;
+    const ListRegions r = RegionsOf(seq, layer, h, lim);
+    marked_.assign(static_cast<size_t>(seq.length()), 0);
+    for (int32_t pos : reuse_.positions[h]) marked_[pos] = 1;
+    overlap_.clear();
+    for (int32_t i = r.sink_end; i < r.window_begin; ++i) {
+      const int32_t* pos = reader.Positions(pages[i].id);
+      int32_t n = 0;
+      for (int t = 0; t < pages[i].len; ++t) n += marked_[pos[t]];
+      if (n > 0) overlap_.emplace_back(-n, i);
+    }
+    std::sort(overlap_.begin(), overlap_.end());
+    std::vector<PageRef>& o = out[h];
+    for (int32_t i = 0; i < r.sink_end; ++i) o.push_back(pages[i]);
+    int64_t tokens = static_cast<int64_t>(lim.budget) - r.sink_tokens - r.window_tokens;
+    int64_t room = static_cast<int64_t>(lim.max_pages) - r.sink_end - (r.end - r.window_begin);
+    for (const auto& [n, i] : overlap_) {
+      if (room <= 0 || tokens <= 0) break;
+      if (pages[i].len > tokens) continue;  // a smaller page may still fit
+      o.push_back(pages[i]);
+      tokens -= pages[i].len;
+      --room;
+    }
+    for (int32_t i = r.window_begin; i < r.end; ++i) o.push_back(pages[i]);
+  }
+}
+
+void IceCacheIndex::OnTruncate(const KvSequence& seq) {
+  // Only tail tokens are ever dropped and the trees hold none of them: nothing to forget.
+  for (int l = context_.config.dense_layers; l < context_.layout.n_layers; ++l) {
+    for (int h = 0; h < context_.layout.n_kv_heads; ++h) {
+      ICECACHE_CHECK(seq.tail_pos(l, h) <= seq.length());
+    }
+  }
+}
+
+int64_t IceCacheIndex::MemoryBytes() const {
+  int64_t b = static_cast<int64_t>(lists_.capacity()) * sizeof(ListState);
+  for (const ListState& s : lists_) b += s.tree.MemoryBytes();
+  return b;
+}
+
+}  // namespace ice
+
+Result<std::unique_ptr<SequenceIndex>> MakeIceCacheIndex(const IndexContext& context) {
+  if (context.n_heads <= 0 || context.layout.n_kv_heads <= 0 ||
+      context.n_heads % context.layout.n_kv_heads != 0) {
+    return InvalidArgument("icecache: query heads must be a multiple of KV heads");
+  }
+  return std::unique_ptr<SequenceIndex>(new ice::IceCacheIndex(context));
 }
 
 }  // namespace icecache

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/half.h"
+#include "index/row_copier.h"
 
 namespace icecache::lychee {
 
@@ -12,30 +13,6 @@ int32_t AbsorbPlan::PagesAllocated(int page_size) const {
   for (int32_t len : chunk_lens) n += (len + page_size - 1) / page_size;
   return n + (new_pending_tokens + page_size - 1) / page_size;
 }
-
-namespace {
-
-// Copies token rows between pages of one pool (K, V and position).
-class RowCopier {
- public:
-  explicit RowCopier(const KvPoolView& pool)
-      : pool_(pool), row_bytes_(static_cast<size_t>(pool.head_dim) * BlockBytes(pool.dtype)) {}
-  void Copy(int32_t src_page, int src_slot, int32_t dst_page, int dst_slot) const {
-    const int64_t s = static_cast<int64_t>(src_page) * pool_.page_size + src_slot;
-    const int64_t d = static_cast<int64_t>(dst_page) * pool_.page_size + dst_slot;
-    std::memcpy(static_cast<char*>(pool_.k) + d * row_bytes_,
-                static_cast<const char*>(pool_.k) + s * row_bytes_, row_bytes_);
-    std::memcpy(static_cast<char*>(pool_.v) + d * row_bytes_,
-                static_cast<const char*>(pool_.v) + s * row_bytes_, row_bytes_);
-    pool_.positions[d] = pool_.positions[s];
-  }
-
- private:
-  KvPoolView pool_;
-  size_t row_bytes_;
-};
-
-}  // namespace
 
 Status ApplyAbsorb(KvSequence& seq, int layer, int head, const AbsorbPlan& plan) {
   const int p = seq.layout().page_size;

@@ -1,5 +1,5 @@
-// Launcher of the split-KV decode attention (attention_decode.cuh): head dims 64 and 128,
-// group chunks of up to 4 or 8 query heads.
+// Launcher of the split-KV decode attention (attention_decode.cuh): head dims 64 and 128, group
+// chunks of up to kDecodeHeads query heads.
 #include <algorithm>
 
 #include "kernels/cuda/attention_decode.cuh"
@@ -8,49 +8,44 @@ namespace icecache::kernels {
 
 namespace {
 
-int GroupChunk(const AttentionParams& p) { return p.n_heads / p.n_kv_heads <= 4 ? 4 : 8; }
-
 int HeadChunks(const AttentionParams& p) {
   const int group = p.n_heads / p.n_kv_heads;
-  const int gm = GroupChunk(p);
-  return (group + gm - 1) / gm;
+  return (group + kDecodeHeads - 1) / kDecodeHeads;
 }
 
 // Raises the kernel's dynamic shared-memory limit once; returns the CUDA error of that.
-template <int D, int kGM>
+template <int D>
 cudaError_t Prepare() {
   static const cudaError_t e =
-      cudaFuncSetAttribute(DecodeAttentionKernel<D, kGM>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, DecodeLayout<D>::kBytes);
+      cudaFuncSetAttribute(DecodeAttentionKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           DecodeLayout<D>::kBytes);
   return e;
 }
 
-template <int D, int kGM>
+// Blocks of the decode kernel for head dim D that fit on one SM at once.
+template <int D>
 int Occupancy() {
   static const int n = [] {
     int blocks = 0;
-    if (Prepare<D, kGM>() != cudaSuccess) return 1;
+    if (Prepare<D>() != cudaSuccess) return 1;
     const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, DecodeAttentionKernel<D, kGM>, kDecodeThreads, DecodeLayout<D>::kBytes);
+        &blocks, DecodeAttentionKernel<D>, kDecodeThreads, DecodeLayout<D>::kBytes);
     return e == cudaSuccess && blocks > 0 ? blocks : 1;
   }();
   return n;
 }
 
-// Blocks of the decode kernel for `p` that fit on one SM at once.
 int BlocksPerSm(const AttentionParams& p) {
-  const bool small = GroupChunk(p) == 4;
-  if (p.head_dim == 64) return small ? Occupancy<64, 4>() : Occupancy<64, 8>();
-  return small ? Occupancy<128, 4>() : Occupancy<128, 8>();
+  return p.head_dim == 64 ? Occupancy<64>() : Occupancy<128>();
 }
 
-template <int D, int kGM>
+template <int D>
 int Run(Stream s, const AttentionParams& p, int splits, const DecodeWorkspace& ws) {
-  if (const cudaError_t e = Prepare<D, kGM>(); e != cudaSuccess) return static_cast<int>(e);
+  if (const cudaError_t e = Prepare<D>(); e != cudaSuccess) return static_cast<int>(e);
   const int chunks = HeadChunks(p);
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(p.n_kv_heads * chunks),
                   static_cast<unsigned>(p.n_tokens));
-  DecodeAttentionKernel<D, kGM>
+  DecodeAttentionKernel<D>
       <<<grid, kDecodeThreads, DecodeLayout<D>::kBytes, s>>>(p, ws, splits, chunks);
   return static_cast<int>(cudaGetLastError());
 }
@@ -79,9 +74,7 @@ int DecodeSplits(const AttentionParams& p, const DecodeWorkspace& ws, int num_sm
 int LaunchDecodeAttention(Stream s, const AttentionParams& p, int splits,
                           const DecodeWorkspace& ws) {
   if (p.n_tokens == 0) return 0;
-  const bool small = GroupChunk(p) == 4;
-  if (p.head_dim == 64) return small ? Run<64, 4>(s, p, splits, ws) : Run<64, 8>(s, p, splits, ws);
-  return small ? Run<128, 4>(s, p, splits, ws) : Run<128, 8>(s, p, splits, ws);
+  return p.head_dim == 64 ? Run<64>(s, p, splits, ws) : Run<128>(s, p, splits, ws);
 }
 
 }  // namespace icecache::kernels

@@ -1,16 +1,21 @@
-// Split-KV decode attention over paged KV (any page list, contiguous or not).
+// Split-KV decode attention over paged KV (any page list, contiguous or not), on bf16 tensor
+// cores.
 //
-// Block (split s, KV head group chunk, token t) attends the query heads of one GQA group chunk
-// (up to kGM heads that share one KV head, so each K/V row is read once for all of them) over
-// the entries [s * E / S, (s + 1) * E / S) of the row's page list, E read from indptr on the
-// device: the grid depends on the batch shape only, so a captured launch stays valid as the
-// lists grow. The block gathers its key slots 64 at a time with cp.async into a three-stage
-// shared-memory ring (two tiles in flight while one is used; page ids fetched a tile earlier),
-// so many bytes are in flight without holding registers. Inside the block every "worker" (D / 8
-// lanes holding 8 dims each) takes every kWorkers-th slot of a tile with an online softmax in
-// base 2; workers merge in shared memory. With S > 1 each block writes a normalized partial
-// output and its log-sum-exp; the last block of a (token, group chunk) to finish (an atomic
-// counter) merges the S partials and resets the counter.
+// Block (split s, head chunk, token t) attends up to kDecodeHeads query heads that share one KV
+// head (a GQA group, or a chunk of a larger one) over the entries [s * E / S, (s + 1) * E / S) of
+// the row's page list, E read from indptr on the device: the grid depends on the batch shape
+// only, so a captured launch stays valid as the lists grow. The block gathers its key slots 64
+// at a time with cp.async into a three-stage swizzled shared-memory ring (two tiles in flight
+// while one is used), so many bytes are in flight without holding registers; the page ids of a
+// tile are read two tiles ahead and kept in shared memory as slot indices, so that the gather
+// can load whole K/V rows per group of lanes (full 128-byte lines per warp instruction, which
+// took the kernel from ~2.5 to ~3.1-4.0 TB/s at 32K-128K keys on an H200). Each of the four warps
+// takes 16 slots of a tile: scores S = Q K^T with the heads as the MMA's M dimension (16 rows, the
+// unused ones zero) and the 16 keys as two n-tiles, an online softmax in base 2 on the
+// accumulators, then O += P V with P straight from the score registers, so each key costs a few
+// instructions whatever the group size. The warps merge in shared memory. With S > 1 each block
+// writes a normalized partial output and its log-sum-exp; the last block of a (token, head chunk)
+// to finish (an atomic counter) merges the S partials and resets the counter.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +27,10 @@
 namespace icecache::kernels {
 
 constexpr int kDecodeThreads = 128;
-constexpr int kDecodeTile = 64;
+constexpr int kDecodeWarps = kDecodeThreads / 32;
+constexpr int kDecodeTile = 64;  // key slots per tile, 16 per warp
 constexpr int kDecodeStages = 3;
+constexpr int kDecodeHeads = 16;  // query heads per block: the MMA's M
 
 template <int D>
 struct DecodeLayout {
@@ -31,45 +38,50 @@ struct DecodeLayout {
   static constexpr int kK = 0;
   static constexpr int kV = kK + kDecodeStages * kTileBytes;
   static constexpr int kPos = kV + kDecodeStages * kTileBytes;
-  static constexpr int kValid = kPos + kDecodeStages * kDecodeTile * 4;
-  static constexpr int kBytes = kValid + kDecodeStages * kDecodeTile * 4;
+  static constexpr int kSidx = kPos + kDecodeStages * kDecodeTile * 4;  // [4][tile] slots
+  static constexpr int kBytes = kSidx + 4 * kDecodeTile * 4;
+  // The warps' accumulators at the end, [warp][head][kAccStride] floats over the ring (rows
+  // padded against bank conflicts).
+  static constexpr int kAccStride = D + 4;
+  static_assert(kDecodeWarps * kDecodeHeads * kAccStride * 4 <= kPos, "merge area fits");
 };
 
-template <int D, int kGM>
-__global__ void __launch_bounds__(kDecodeThreads)
+// Byte offset of 16-byte chunk `chunk` of slot `row` in a tile: XOR-swizzled by the row so that
+// ldmatrix's eight row reads hit eight different bank groups.
+template <int D>
+__device__ __forceinline__ int DecodeSwizzled(int row, int chunk) {
+  return row * (D * 2) + ((chunk ^ (row & 7)) << 4);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kDecodeThreads, 2)
     DecodeAttentionKernel(AttentionParams p, DecodeWorkspace ws, int splits, int head_chunks) {
   using L = DecodeLayout<D>;
-  constexpr int kLanesPerRow = D / 8;
-  constexpr int kWorkersPerWarp = 32 / kLanesPerRow;
-  constexpr int kWarps = kDecodeThreads / 32;
-  constexpr int kWorkers = kWarps * kWorkersPerWarp;
-  constexpr int kChunk = 4;  // slots per worker per step
-  constexpr int kPerWorker = kDecodeTile / kWorkers;
-  constexpr int kChunks = D / 8;
-  static_assert(kPerWorker % kChunk == 0, "tile slots split evenly over the workers");
-  static_assert(kWorkers * kGM * D * 4 <= 2 * kDecodeStages * L::kTileBytes,
-                "the merge area fits in the stage ring");
+  constexpr int kChunks = D / 8;   // 16-byte chunks per row
+  constexpr int kKSteps = D / 16;  // k-steps of q k^T
+  constexpr int kDTiles = D / 8;   // n-tiles of the output
+  constexpr int kQuads = D / 4;    // groups of four dims in the merges
 
   extern __shared__ __align__(128) uint8_t smem[];
-  __shared__ float sm_m[kWorkers][kGM];
-  __shared__ float sm_l[kWorkers][kGM];
-  __shared__ float sm_w[kGM][kMaxDecodeSplits > kWorkers ? kMaxDecodeSplits : kWorkers];
+  __shared__ float sm_m[kDecodeWarps][kDecodeHeads];
+  __shared__ float sm_l[kDecodeWarps][kDecodeHeads];
+  __shared__ float sm_w[kDecodeHeads][kMaxDecodeSplits];
+  __shared__ float sm_lse[kDecodeHeads];
   __shared__ int sm_last;
   int* kpos_s = reinterpret_cast<int*>(smem + L::kPos);
-  int* kvalid_s = reinterpret_cast<int*>(smem + L::kValid);
+  int* sidx_s = reinterpret_cast<int*>(smem + L::kSidx);
 
   const int split = blockIdx.x;
   const int kvh = blockIdx.y / head_chunks;
   const int hc = blockIdx.y % head_chunks;
   const int t = blockIdx.z;
   const int group = p.n_heads / p.n_kv_heads;
-  const int h0 = kvh * group + hc * kGM;
-  const int nh = min(kGM, group - hc * kGM);
+  const int h0 = kvh * group + hc * kDecodeHeads;
+  const int nh = min(kDecodeHeads, group - hc * kDecodeHeads);
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int warp = tid / 32;
-  const int sub = lane % kLanesPerRow;
-  const int worker = warp * kWorkersPerWarp + lane / kLanesPerRow;
+  const int g = lane / 4, tig = lane % 4;
 
   const int row = p.row_base[t] + kvh;
   int e_begin = 0, e_end = 0;
@@ -88,10 +100,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
 
   const __nv_bfloat16* pool_k = static_cast<const __nv_bfloat16*>(p.pool_k);
   const __nv_bfloat16* pool_v = static_cast<const __nv_bfloat16*>(p.pool_v);
-  // Gathering: thread `tid` loads slot lr of a tile, half of its chunks.
-  const int lr = tid / 2, part = tid % 2;
+  // Page lookups: thread tid < kDecodeTile reads the entry of slot tid of a tile (two tiles
+  // before its data is gathered, so that the load is long done when the slot index is stored).
   auto fetch = [&](int tile, int* page, int* len) {
-    const int slot = tile * kDecodeTile + lr;
+    const int slot = tile * kDecodeTile + tid;
     *page = -1;
     *len = 0;
     if (slot < n_slots) {
@@ -101,63 +113,88 @@ __global__ void __launch_bounds__(kDecodeThreads)
       *len = p.lens[s0 + e];
     }
   };
-  auto issue = [&](int tile, int page, int len) {
-    const int stage = tile % kDecodeStages;
+  // The slot indices of a tile (or -1) go to one of four buffers sidx_s[tile % 4]; the
+  // gather then loads whole rows, kChunks lanes a row, so that each warp instruction reads
+  // whole 128-byte lines.
+  auto stash = [&](int tile, int page, int len) {
     int e, off;
-    SlotEntry(tile * kDecodeTile + lr, ps, shift, &e, &off);
+    SlotEntry(tile * kDecodeTile + tid, ps, shift, &e, &off);
     const bool valid = page >= 0 && page < p.num_pages && off < len;
-    const int64_t idx = valid ? static_cast<int64_t>(page) * ps + off : 0;
-    if (part == 0) {
-      kvalid_s[stage * kDecodeTile + lr] = valid;
-      CpAsync4(kpos_s + stage * kDecodeTile + lr, p.pool_pos + idx, valid);
+    sidx_s[(tile % 4) * kDecodeTile + tid] = valid ? page * ps + off : -1;
+  };
+  auto issue = [&](int tile) {
+    const int stage = tile % kDecodeStages;
+    const int* sx = sidx_s + (tile % 4) * kDecodeTile;
+    if (tid < kDecodeTile) {
+      const int si = sx[tid];
+      CpAsync4(kpos_s + stage * kDecodeTile + tid, p.pool_pos + max(si, 0), si >= 0);
     }
-    uint8_t* ks = smem + L::kK + stage * L::kTileBytes + lr * D * 2;
-    uint8_t* vs = smem + L::kV + stage * L::kTileBytes + lr * D * 2;
+    uint8_t* ks = smem + L::kK + stage * L::kTileBytes;
+    uint8_t* vs = smem + L::kV + stage * L::kTileBytes;
+    constexpr int kRowsPerPass = kDecodeThreads / kChunks;
+    const int c = tid % kChunks, r0 = tid / kChunks;
 #pragma unroll
-    for (int c = part * (kChunks / 2); c < (part + 1) * (kChunks / 2); ++c) {
-      CpAsync16(ks + c * 16, pool_k + idx * D + c * 8, valid);
-      CpAsync16(vs + c * 16, pool_v + idx * D + c * 8, valid);
+    for (int i = 0; i < kDecodeTile / kRowsPerPass; ++i) {
+      const int r = i * kRowsPerPass + r0;
+      const int si = sx[r];
+      const int64_t idx = max(si, 0);
+      CpAsync16(ks + DecodeSwizzled<D>(r, c), pool_k + idx * D + c * 8, si >= 0);
+      CpAsync16(vs + DecodeSwizzled<D>(r, c), pool_v + idx * D + c * 8, si >= 0);
     }
   };
-  // Two tiles in flight before the first is used; page ids one tile further ahead.
+  // Two tiles in flight before the first is used; slot indices one tile further ahead, page
+  // ids two.
   int next_page = -1, next_len = 0;
+  if (tid < kDecodeTile) {
+    int pg[3], ln[3];
+#pragma unroll
+    for (int k = 0; k < 3; ++k) fetch(k, &pg[k], &ln[k]);
+#pragma unroll
+    for (int k = 0; k < 3; ++k) stash(k, pg[k], ln[k]);
+    if (n_tiles > 3) fetch(3, &next_page, &next_len);
+  }
+  __syncthreads();
   for (int tile = 0; tile < 2; ++tile) {
-    if (tile < n_tiles) {
-      int page, len;
-      fetch(tile, &page, &len);
-      issue(tile, page, len);
-    }
+    if (tile < n_tiles) issue(tile);
     CpAsyncCommit();
   }
-  if (n_tiles > 2) fetch(2, &next_page, &next_len);
 
-  const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(p.q);
-  const float qscale = p.scale * kLog2e;
-  float qf[kGM][8];
+  // The queries as A fragments (rows g and g + 8; rows past the chunk's heads are zero).
+  uint32_t qf[kKSteps][4];
+  {
+    const uint32_t* q32 = static_cast<const uint32_t*>(p.q);
 #pragma unroll
-  for (int i = 0; i < kGM; ++i) {
-    if (i < nh) {
-      Load8(q + (static_cast<int64_t>(t) * p.n_heads + h0 + i) * D + sub * 8, qf[i]);
+    for (int kk = 0; kk < kKSteps; ++kk) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) qf[i][e] *= qscale;
-    } else {
+      for (int r = 0; r < 2; ++r) {
+        const int head = g + 8 * r;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) qf[i][e] = 0.0f;
+        for (int half = 0; half < 2; ++half) {
+          const int64_t at =
+              (static_cast<int64_t>(t) * p.n_heads + h0 + head) * D + kk * 16 + half * 8 + tig * 2;
+          qf[kk][r + 2 * half] = head < nh ? q32[at / 2] : 0u;
+        }
+      }
     }
   }
-  float m[kGM], l[kGM], acc[kGM][8];
+  const float qscale = p.scale * kLog2e;
+
+  float o[kDTiles][4];
 #pragma unroll
-  for (int i = 0; i < kGM; ++i) {
-    m[i] = kNegInf;
-    l[i] = 0.0f;
+  for (int i = 0; i < kDTiles; ++i) {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) acc[i][e] = 0.0f;
+    for (int e = 0; e < 4; ++e) o[i][e] = 0.0f;
   }
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  const int k_row = warp * 16 + (lane % 8) + (lane / 16) * 8;       // ldmatrix of K
+  const int v_row = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8;  // ldmatrix.trans of V
 
   for (int tile = 0; tile < n_tiles; ++tile) {
-    if (tile + 2 < n_tiles) {
-      issue(tile + 2, next_page, next_len);
-      if (tile + 3 < n_tiles) fetch(tile + 3, &next_page, &next_len);
+    if (tile + 2 < n_tiles) issue(tile + 2);
+    // sidx_s[(tile + 3) % 4] was last read in iteration tile - 1, before its final barrier.
+    if (tid < kDecodeTile && tile + 3 < n_tiles) {
+      stash(tile + 3, next_page, next_len);
+      if (tile + 4 < n_tiles) fetch(tile + 4, &next_page, &next_len);
     }
     CpAsyncCommit();  // one group per iteration (maybe empty): `tile` is then 2 groups back
     CpAsyncWait<2>();
@@ -166,145 +203,188 @@ __global__ void __launch_bounds__(kDecodeThreads)
     const uint8_t* ks = smem + L::kK + stage * L::kTileBytes;
     const uint8_t* vs = smem + L::kV + stage * L::kTileBytes;
     const int* kpos = kpos_s + stage * kDecodeTile;
-    const int* kvalid = kvalid_s + stage * kDecodeTile;
+    const int* sidx = sidx_s + (tile % 4) * kDecodeTile;  // valid slots: >= 0
+
+    float s[2][4];
 #pragma unroll
-    for (int c0 = 0; c0 < kPerWorker; c0 += kChunk) {
-      float s[kChunk][kGM];
-      bool ok[kChunk];
+    for (int j = 0; j < 2; ++j) {
 #pragma unroll
-      for (int c = 0; c < kChunk; ++c) {
-        const int r = worker + (c0 + c) * kWorkers;
-        ok[c] = kvalid[r] && kpos[r] <= qpos;
-        float kf[8];
-        Unpack8(*reinterpret_cast<const Bf16x8*>(ks + r * D * 2 + sub * 16), kf);
+      for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+    }
 #pragma unroll
-        for (int i = 0; i < kGM; ++i) {
-          float d = 0.0f;
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      uint32_t b[4];
+      LdMatrixX4(b, ks + DecodeSwizzled<D>(k_row, kk * 2 + (lane / 8) % 2));
+      MmaBf16(s[0], qf[kk], b[0], b[1]);
+      MmaBf16(s[1], qf[kk], b[2], b[3]);
+    }
+    // Mask, scale, row maxima (rows g and g + 8; each spread over the four lanes of a quad).
+    float mx[2] = {kNegInf, kNegInf};
 #pragma unroll
-          for (int e = 0; e < 8; ++e) d = fmaf(qf[i][e], kf[e], d);
-          s[c][i] = d;
-        }
+    for (int j = 0; j < 2; ++j) {
+      const int col = warp * 16 + j * 8 + tig * 2;
+      const int2 kp = *reinterpret_cast<const int2*>(kpos + col);
+      const int2 kv = *reinterpret_cast<const int2*>(sidx + col);
+      const bool ok0 = kv.x >= 0 && kp.x <= qpos, ok1 = kv.y >= 0 && kp.y <= qpos;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float v = ((e & 1) ? ok1 : ok0) ? s[j][e] * qscale : kNegInf;
+        s[j][e] = v;
+        mx[e >> 1] = fmaxf(mx[e >> 1], v);
       }
+    }
+    float m_use[2], alpha[2];
 #pragma unroll
-      for (int c = 0; c < kChunk; ++c) {
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(~0u, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(~0u, mx[r], 2));
+      const float m_new = fmaxf(m[r], mx[r]);
+      m_use[r] = m_new == kNegInf ? 0.0f : m_new;
+      alpha[r] = FastExp2(m[r] - m_use[r]);
+      m[r] = m_new;
+      l[r] *= alpha[r];
+    }
+    if (__any_sync(~0u, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-        for (int i = 0; i < kGM; ++i) {
-#pragma unroll
-          for (int o = kLanesPerRow / 2; o > 0; o >>= 1) {
-            s[c][i] += __shfl_xor_sync(0xffffffffu, s[c][i], o);
-          }
-          if (!ok[c]) s[c][i] = kNegInf;
-        }
+      for (int i = 0; i < kDTiles; ++i) {
+        o[i][0] *= alpha[0];
+        o[i][1] *= alpha[0];
+        o[i][2] *= alpha[1];
+        o[i][3] *= alpha[1];
       }
+    }
 #pragma unroll
-      for (int i = 0; i < kGM; ++i) {
-        float mx = s[0][i];
+    for (int j = 0; j < 2; ++j) {
 #pragma unroll
-        for (int c = 1; c < kChunk; ++c) mx = fmaxf(mx, s[c][i]);
-        const float m_new = fmaxf(m[i], mx);
-        if (m_new == kNegInf) continue;  // nothing attended yet
-        const float alpha = FastExp2(m[i] - m_new);
-        float pc[kChunk];
-        float sum = 0.0f;
-#pragma unroll
-        for (int c = 0; c < kChunk; ++c) {
-          pc[c] = FastExp2(s[c][i] - m_new);
-          sum += pc[c];
-        }
-        l[i] = fmaf(l[i], alpha, sum);
-        m[i] = m_new;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[i][e] *= alpha;
-#pragma unroll
-        for (int c = 0; c < kChunk; ++c) {
-          if (pc[c] == 0.0f) continue;
-          const int r = worker + (c0 + c) * kWorkers;
-          float vf[8];
-          Unpack8(*reinterpret_cast<const Bf16x8*>(vs + r * D * 2 + sub * 16), vf);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[i][e] = fmaf(pc[c], vf[e], acc[i][e]);
-        }
+      for (int e = 0; e < 4; ++e) {
+        const float pe = FastExp2(s[j][e] - m_use[e >> 1]);
+        s[j][e] = pe;
+        l[e >> 1] += pe;
       }
+    }
+    // o += p v, p as an A fragment straight from the score accumulators.
+    const uint32_t a[4] = {PackBf16(s[0][0], s[0][1]), PackBf16(s[0][2], s[0][3]),
+                           PackBf16(s[1][0], s[1][1]), PackBf16(s[1][2], s[1][3])};
+#pragma unroll
+    for (int np = 0; np < D / 16; ++np) {
+      uint32_t b[4];
+      LdMatrixX4Trans(b, vs + DecodeSwizzled<D>(v_row, np * 2 + lane / 16));
+      MmaBf16(o[2 * np], a, b[0], b[1]);
+      MmaBf16(o[2 * np + 1], a, b[2], b[3]);
     }
     __syncthreads();  // the stage is refilled two iterations later
   }
   CpAsyncWait<0>();
   __syncthreads();
-  float(*sm_acc)[kGM][D] = reinterpret_cast<float(*)[kGM][D]>(smem);  // reuses the ring
 
-  // Merge the workers of the block.
+  // Merge the warps of the block: unnormalized accumulators, maxima and sums per head.
+  float* sm_acc = reinterpret_cast<float*>(smem);  // reuses the ring
 #pragma unroll
-  for (int i = 0; i < kGM; ++i) {
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(~0u, l[r], 1);
+    l[r] += __shfl_xor_sync(~0u, l[r], 2);
+    const int i = g + 8 * r;
+    if (i < nh) {
+      float* dst = sm_acc + (warp * kDecodeHeads + i) * L::kAccStride + tig * 2;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) sm_acc[worker][i][sub * 8 + e] = acc[i][e];
-    if (sub == 0) {
-      sm_m[worker][i] = m[i];
-      sm_l[worker][i] = l[i];
+      for (int n = 0; n < kDTiles; ++n) {
+        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
+      }
+      if (tig == 0) {
+        sm_m[warp][i] = m[r];
+        sm_l[warp][i] = l[r];
+      }
     }
   }
   __syncthreads();
-  // sm_w[i][w]: weight of worker w in head i (normalized); sm_l[0][i] becomes the block's
-  // log2-sum-exp of head i (-inf when nothing was attended).
-  if (threadIdx.x < kGM) {
-    const int i = threadIdx.x;
+  // sm_w[i][w]: weight of warp w in head i (normalized); sm_lse[i]: the block's log2-sum-exp of
+  // head i (-inf when nothing was attended).
+  if (tid < nh) {
+    const int i = tid;
     float mx = kNegInf;
-    for (int w = 0; w < kWorkers; ++w) mx = fmaxf(mx, sm_m[w][i]);
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, sm_m[w][i]);
+    float f[kDecodeWarps];
     float total = 0.0f;
-    for (int w = 0; w < kWorkers; ++w) {
-      const float f = mx == kNegInf ? 0.0f : exp2f(sm_m[w][i] - mx);
-      sm_w[i][w] = f;
-      total = fmaf(sm_l[w][i], f, total);
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      f[w] = mx == kNegInf ? 0.0f : exp2f(sm_m[w][i] - mx);
+      total = fmaf(sm_l[w][i], f[w], total);
     }
-    for (int w = 0; w < kWorkers; ++w) sm_w[i][w] = total > 0.0f ? sm_w[i][w] / total : 0.0f;
-    sm_l[0][i] = total > 0.0f ? mx + log2f(total) : kNegInf;
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) sm_w[i][w] = f[w] * inv;
+    sm_lse[i] = total > 0.0f ? mx + log2f(total) : kNegInf;
   }
   __syncthreads();
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out);
   const int64_t head_base = static_cast<int64_t>(t) * p.n_heads + h0;
-  for (int idx = threadIdx.x; idx < nh * D; idx += kDecodeThreads) {
-    const int i = idx / D, d = idx % D;
-    float o = 0.0f;
+  for (int idx = tid; idx < nh * kQuads; idx += kDecodeThreads) {
+    const int i = idx / kQuads, d = (idx % kQuads) * 4;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int w = 0; w < kWorkers; ++w) o = fmaf(sm_acc[w][i][d], sm_w[i][w], o);
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      const float4 v =
+          *reinterpret_cast<const float4*>(sm_acc + (w * kDecodeHeads + i) * L::kAccStride + d);
+      const float f = sm_w[i][w];
+      acc.x = fmaf(v.x, f, acc.x);
+      acc.y = fmaf(v.y, f, acc.y);
+      acc.z = fmaf(v.z, f, acc.z);
+      acc.w = fmaf(v.w, f, acc.w);
+    }
     if (splits == 1) {
-      out[(head_base + i) * D + d] = __float2bfloat16_rn(o);
+      __nv_bfloat162 packed[2] = {__floats2bfloat162_rn(acc.x, acc.y),
+                                  __floats2bfloat162_rn(acc.z, acc.w)};
+      *reinterpret_cast<uint2*>(out + (head_base + i) * D + d) =
+          *reinterpret_cast<const uint2*>(packed);
     } else {
-      ws.partial_o[((head_base + i) * splits + split) * D + d] = o;
-      if (d == 0) ws.partial_lse[(head_base + i) * splits + split] = sm_l[0][i];
+      *reinterpret_cast<float4*>(ws.partial_o + ((head_base + i) * splits + split) * D + d) = acc;
+      if (d == 0) ws.partial_lse[(head_base + i) * splits + split] = sm_lse[i];
     }
   }
   if (splits == 1) return;
 
-  // The last block of this (token, group chunk) merges the splits.
+  // The last block of this (token, head chunk) merges the splits.
   __threadfence();
   __syncthreads();
   const int64_t counter = (static_cast<int64_t>(t) * p.n_kv_heads + kvh) * head_chunks + hc;
-  if (threadIdx.x == 0) sm_last = atomicAdd(&ws.counters[counter], 1) == splits - 1;
+  if (tid == 0) sm_last = atomicAdd(&ws.counters[counter], 1) == splits - 1;
   __syncthreads();
   if (!sm_last) return;
   __threadfence();
-  if (threadIdx.x < nh) {
-    const int i = threadIdx.x;
+  // One warp per head: each lane weighs two splits (splits <= 64).
+  for (int i = warp; i < nh; i += kDecodeWarps) {
     const float* lse = ws.partial_lse + (head_base + i) * splits;
-    float mx = kNegInf;
-    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(lse + s));
-    float total = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      const float f = mx == kNegInf ? 0.0f : exp2f(__ldcg(lse + s) - mx);
-      sm_w[i][s] = f;
-      total += f;
-    }
-    for (int s = 0; s < splits; ++s) sm_w[i][s] = total > 0.0f ? sm_w[i][s] / total : 0.0f;
+    const float v0 = lane < splits ? __ldcg(lse + lane) : kNegInf;
+    const float v1 = lane + 32 < splits ? __ldcg(lse + lane + 32) : kNegInf;
+    const float mx = WarpMax(fmaxf(v0, v1));
+    const float f0 = mx == kNegInf ? 0.0f : FastExp2(v0 - mx);
+    const float f1 = mx == kNegInf ? 0.0f : FastExp2(v1 - mx);
+    const float total = WarpSum(f0 + f1);
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    if (lane < splits) sm_w[i][lane] = f0 * inv;
+    if (lane + 32 < splits) sm_w[i][lane + 32] = f1 * inv;
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < nh * D; idx += kDecodeThreads) {
-    const int i = idx / D, d = idx % D;
+  for (int idx = tid; idx < nh * kQuads; idx += kDecodeThreads) {
+    const int i = idx / kQuads, d = (idx % kQuads) * 4;
     const float* po = ws.partial_o + (head_base + i) * splits * D + d;
-    float o = 0.0f;
-    for (int s = 0; s < splits; ++s) o = fmaf(__ldcg(po + s * D), sm_w[i][s], o);
-    out[(head_base + i) * D + d] = __float2bfloat16_rn(o);
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 16
+    for (int s = 0; s < splits; ++s) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(po + s * D));
+      const float f = sm_w[i][s];
+      acc.x = fmaf(v.x, f, acc.x);
+      acc.y = fmaf(v.y, f, acc.y);
+      acc.z = fmaf(v.z, f, acc.z);
+      acc.w = fmaf(v.w, f, acc.w);
+    }
+    __nv_bfloat162 packed[2] = {__floats2bfloat162_rn(acc.x, acc.y),
+                                __floats2bfloat162_rn(acc.z, acc.w)};
+    *reinterpret_cast<uint2*>(out + (head_base + i) * D + d) =
+        *reinterpret_cast<const uint2*>(packed);
   }
-  if (threadIdx.x == 0) ws.counters[counter] = 0;
+  if (tid == 0) ws.counters[counter] = 0;
 }
 
 }  // namespace icecache::kernels

@@ -1,0 +1,112 @@
+// icecache: one LeafTree per (layer, KV head) over post-RoPE keys, whose leaves are physical
+// KV pages of semantically close tokens, searched top-down at every decode step.
+//
+// Nothing happens while the context fits the budget (Select then lists every page in order, so
+// the result is exactly full attention). Once it exceeds the budget, every OnAppend absorbs the
+// tail pages that are entirely older than the recent window (the sink pages stay in place):
+// the first time (and whenever the tokens to absorb are at least as many as those indexed, as
+// during a chunked prefill) the list is bulk-built anew, otherwise each token is inserted into
+// its nearest leaf, splitting full leaves (list_layout.h). Layers kept dense are left alone.
+//
+// Select: sink pages first, then the leaves (and any loose pages) chosen by BeamSelect, or by
+// ExactSelect when config.exact is set (tree_search.h), then the window pages. The query heads
+// of a GQA group share one selection: bounds and scores are the maximum over the group.
+//
+// config.reuse_layers = N > 1: the sparse layers form groups of N consecutive layers; the first
+// layer of a group searches, and the others of the same decode step reuse its selection as token
+// positions (each layer has its own tree and pages, so pages cannot be shared): they take the
+// pages of their own list that hold the most of the positions the first layer chose, by
+// overlap, within the budget, without scoring anything. A layer whose group's first layer did
+// not select at this sequence length searches itself.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "index/icecache/leaf_tree.h"
+#include "index/icecache/tree_search.h"
+#include "index/key_reader.h"
+#include "index/policy.h"
+
+namespace icecache::ice {
+
+class IceCacheIndex : public SequenceIndex {
+ public:
+  static constexpr int kMinBeam = 30;
+  static constexpr double kBeamPerToken = 0.0015;
+
+  explicit IceCacheIndex(const IndexContext& context);
+
+  Status OnAppend(KvSequence& seq, int64_t first, std::span<const int32_t> tokens) override;
+  void Select(const KvSequence& seq, int layer, const float* q, std::span<std::vector<PageRef>> out,
+              SelectionStats* stats) override;
+  void OnTruncate(const KvSequence& seq) override;
+  int64_t MemoryBytes() const override;
+
+  // Inspection for tests and benchmarks.
+  bool started() const { return started_; }
+  bool list_started(int layer, int head) const { return state(layer, head).started; }
+  const LeafTree& tree(int layer, int head) const { return state(layer, head).tree; }
+  int32_t sink_pages() const { return sink_pages_; }
+  int64_t rebuilds() const { return rebuilds_; }
+  int64_t insertions() const { return insertions_; }
+  int64_t skipped_absorptions() const { return skipped_; }  // pool too full to re-arrange
+  // The beam width (nodes kept per level, leaves included) for a tree over `keys` keys with
+  // room for `pages` more pages: max(kMinBeam, kBeamPerToken * keys, 2 * pages).
+  static int BeamWidth(int64_t keys, int64_t pages);
+
+ private:
+  struct ListState {
+    LeafTree tree;
+    bool started = false;  // sink pages left the tail; pages before the tail are leaves
+  };
+  bool Indexed(int layer) const { return layer >= context_.config.dense_layers; }
+  const ListState& state(int layer, int head) const {
+    return lists_[static_cast<size_t>(layer) * context_.layout.n_kv_heads + head];
+  }
+  ListState& state(int layer, int head) {
+    return lists_[static_cast<size_t>(layer) * context_.layout.n_kv_heads + head];
+  }
+  // Takes over lists that another icecache index arranged (a forked session).
+  Status Adopt(const KvSequence& seq);
+  void Absorb(KvSequence& seq, int layer, int head, int64_t limit);
+  // Lists every page of the list (exactly full attention) when the context fits the budget.
+  bool SelectAllIfCovered(const KvSequence& seq, int layer, int head,
+                          std::vector<PageRef>* out) const;
+  // Scores pages [begin, end) of a list (loose pages: in no leaf yet) into loose_ / loose_page_:
+  // by their ball's bound in exact mode, else exactly.
+  void ScoreLoose(const std::vector<PageRef>& pages, int32_t begin, int32_t end,
+                  const TreeQuery& query, KeyReader& reader, SelectionStats* stats);
+  // The first layer of `layer`'s reuse group, or -1 when `layer` searches itself.
+  int ReuseLeader(int layer) const;
+  // Selects, for each KV head, the pages holding the most of the leader's positions.
+  void SelectReused(const KvSequence& seq, int layer, std::span<std::vector<PageRef>> out);
+
+  IndexContext context_;
+  int32_t sink_pages_ = 0;
+  bool started_ = false;
+  int64_t rebuilds_ = 0;
+  int64_t insertions_ = 0;
+  int64_t skipped_ = 0;
+  std::vector<ListState> lists_;  // [layer * n_kv_heads + head]
+
+  // The positions (between sink and window) the last searching layer selected, per KV head.
+  struct Reuse {
+    int layer = -1;
+    int64_t length = -1;
+    std::vector<std::vector<int32_t>> positions;
+  };
+  Reuse reuse_;
+
+  // Scratch reused across calls.
+  std::vector<LooseUnit> loose_;
+  std::vector<int32_t> loose_page_;
+  std::vector<Pick> picks_;
+  std::vector<float> centre_;
+  std::vector<uint8_t> marked_;
+  std::vector<std::pair<int32_t, int32_t>> overlap_;
+  SearchScratch search_;
+};
+
+}  // namespace icecache::ice

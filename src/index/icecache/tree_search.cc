@@ -1,0 +1,186 @@
+#include "index/icecache/tree_search.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/check.h"
+#include "index/icecache/mips.h"
+
+namespace icecache::ice {
+
+namespace {
+
+// Entry kinds, in the order they win ties: an inner node whose bound equals a unit's score is
+// expanded first (it may hold an equal leaf with a smaller id); leaves come before loose pages,
+// then smaller ids first, as in the exhaustive order.
+enum Kind : int8_t { kNode = 0, kLeaf = 1, kLoose = 2 };
+
+using Entry = SearchScratch::Entry;
+
+// Heap order: true when `a` comes out after `b`.
+bool Later(const Entry& a, const Entry& b) {
+  if (a.key != b.key) return a.key < b.key;
+  if (a.kind != b.kind) return a.kind > b.kind;
+  return a.id > b.id;
+}
+
+void Push(std::vector<Entry>* heap, float key, int8_t kind, int32_t id) {
+  heap->push_back({key, kind, id});
+  std::push_heap(heap->begin(), heap->end(), Later);
+}
+
+// Appends the unit of `e` to `picks` if it fits the room (and shrinks the room); false if not.
+bool Take(const LeafTree& tree, std::span<const LooseUnit> loose, const Entry& e, int64_t* tokens,
+          int64_t* pages, std::vector<Pick>* picks) {
+  const bool is_loose = e.kind == kLoose;
+  const int64_t t = is_loose ? loose[e.id].tokens : tree.node(tree.leaf_node(e.id)).count;
+  if (t > *tokens || *pages < 1) return false;
+  picks->push_back({is_loose, e.id});
+  *tokens -= t;
+  --*pages;
+  return true;
+}
+
+float NodeBound(const LeafTree& tree, const TreeQuery& query, const std::vector<float>& q_norm,
+                int32_t node) {
+  return Bound(query, q_norm, tree.centroid(node), tree.node(node).radius);
+}
+
+}  // namespace
+
+void PrepareQuery(const TreeQuery& query, SearchScratch* scratch) {
+  scratch->q_norm.resize(query.group);
+  for (int g = 0; g < query.group; ++g) {
+    scratch->q_norm[g] = Norm(query.q + static_cast<size_t>(g) * query.dim, query.dim);
+  }
+}
+
+float Bound(const TreeQuery& query, const std::vector<float>& q_norm, const float* c, float r) {
+  float b = -std::numeric_limits<float>::infinity();
+  for (int g = 0; g < query.group; ++g) {
+    b = std::max(b,
+                 DotF(query.q + static_cast<size_t>(g) * query.dim, c, query.dim) + q_norm[g] * r);
+  }
+  return b;
+}
+
+void BeamSelect(const LeafTree& tree, const TreeQuery& query, int beam,
+                std::span<const LooseUnit> loose, int64_t tokens, int64_t pages, LeafScorer& scorer,
+                SearchScratch* scratch, std::vector<Pick>* picks, SelectionStats* stats) {
+  picks->clear();
+  std::vector<Entry>& heap = scratch->heap;
+  heap.clear();
+  auto push = [&](float key, int8_t kind, int32_t id) { Push(&heap, key, kind, id); };
+  for (size_t i = 0; i < loose.size(); ++i) push(loose[i].score, kLoose, static_cast<int32_t>(i));
+  if (!tree.empty()) {
+    PrepareQuery(query, scratch);
+    std::vector<int32_t>& frontier = scratch->frontier;
+    std::vector<std::pair<float, int32_t>>& cand = scratch->cand;
+    frontier.assign(1, tree.root());
+    // Down to the last inner level, keeping the `beam` children with the best bounds.
+    while (tree.node(frontier[0]).level > 1) {
+      cand.clear();
+      for (int32_t f : frontier) {
+        for (int32_t ch : tree.node(f).children) {
+          cand.emplace_back(-NodeBound(tree, query, scratch->q_norm, ch), ch);
+        }
+      }
+      stats->nodes_visited += static_cast<int64_t>(cand.size());
+      const size_t keep = std::min<size_t>(std::max(1, beam), cand.size());
+      std::partial_sort(cand.begin(), cand.begin() + keep, cand.end());
+      frontier.clear();
+      for (size_t i = 0; i < keep; ++i) frontier.push_back(cand[i].second);
+    }
+    // The leaf level keeps a beam too: the `beam` leaves whose centroids score best (q.c, the
+    // centre of each leaf's ball; bounds are dominated by the radius on real keys) enter the
+    // heap, keyed by their bound.
+    cand.clear();
+    for (int32_t f : frontier) {
+      for (int32_t ch : tree.node(f).children) {
+        cand.emplace_back(Bound(query, scratch->q_norm, tree.centroid(ch), 0.0f), ch);
+      }
+    }
+    stats->nodes_visited += static_cast<int64_t>(cand.size());
+    const size_t keep = std::min<size_t>(std::max(1, beam), cand.size());
+    std::partial_sort(cand.begin(), cand.begin() + keep, cand.end(),
+                      [](const auto& a, const auto& b) {
+                        return a.first > b.first || (a.first == b.first && a.second < b.second);
+                      });
+    for (size_t i = 0; i < keep; ++i) {
+      const int32_t ch = cand[i].second;
+      push(NodeBound(tree, query, scratch->q_norm, ch), kNode, tree.node(ch).leaf);
+    }
+  }
+  // Best first: a leaf on top by its bound is scored exactly and goes back by its score; a
+  // scored unit on top beats everything left (no bound below it is higher), so units come out in
+  // descending exact score, as if every leaf under the beam had been scored, and leaves whose
+  // bound is below the unit that stops the fill are never scored.
+  while (!heap.empty() && tokens > 0 && pages > 0) {
+    std::pop_heap(heap.begin(), heap.end(), Later);
+    const Entry e = heap.back();
+    heap.pop_back();
+    if (e.kind == kNode) {
+      push(scorer.Score(e.id), kLeaf, e.id);
+      stats->keys_scored +=
+          static_cast<int64_t>(tree.node(tree.leaf_node(e.id)).count) * query.group;
+      continue;
+    }
+    if (!Take(tree, loose, e, &tokens, &pages, picks)) break;
+  }
+}
+
+void ExactSelect(const LeafTree& tree, const TreeQuery& query, std::span<const LooseUnit> loose,
+                 int64_t tokens, int64_t pages, SearchScratch* scratch, std::vector<Pick>* picks,
+                 SelectionStats* stats) {
+  picks->clear();
+  std::vector<Entry>& heap = scratch->heap;
+  heap.clear();
+  auto push = [&](float key, int8_t kind, int32_t id) { Push(&heap, key, kind, id); };
+  if (!tree.empty()) {
+    PrepareQuery(query, scratch);
+    push(NodeBound(tree, query, scratch->q_norm, tree.root()), kNode, tree.root());
+    ++stats->nodes_visited;
+  }
+  for (size_t i = 0; i < loose.size(); ++i) push(loose[i].score, kLoose, static_cast<int32_t>(i));
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), Later);
+    const Entry e = heap.back();
+    heap.pop_back();
+    if (e.kind == kNode) {
+      for (int32_t ch : tree.node(e.id).children) {
+        const LeafTree::Node& child = tree.node(ch);
+        const float b = NodeBound(tree, query, scratch->q_norm, ch);
+        if (child.level == 0) {
+          push(b, kLeaf, child.leaf);
+        } else {
+          push(b, kNode, ch);
+        }
+      }
+      stats->nodes_visited += static_cast<int64_t>(tree.node(e.id).children.size());
+      continue;
+    }
+    // The next unit of the exhaustive order: take it, or stop at the first that does not fit.
+    if (!Take(tree, loose, e, &tokens, &pages, picks)) break;
+  }
+}
+
+void ExhaustiveSelect(const LeafTree& tree, const TreeQuery& query,
+                      std::span<const LooseUnit> loose, int64_t tokens, int64_t pages,
+                      std::vector<Pick>* picks) {
+  picks->clear();
+  SearchScratch scratch;
+  PrepareQuery(query, &scratch);
+  std::vector<Entry> all;
+  for (int32_t leaf = 0; leaf < tree.leaves(); ++leaf) {
+    all.push_back({NodeBound(tree, query, scratch.q_norm, tree.leaf_node(leaf)), kLeaf, leaf});
+  }
+  for (size_t i = 0; i < loose.size(); ++i) {
+    all.push_back({loose[i].score, kLoose, static_cast<int32_t>(i)});
+  }
+  std::sort(all.begin(), all.end(), [](const Entry& a, const Entry& b) { return Later(b, a); });
+  for (const Entry& e : all) {
+    if (!Take(tree, loose, e, &tokens, &pages, picks)) break;
+  }
+}
+
+}  // namespace icecache::ice

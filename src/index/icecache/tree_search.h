@@ -1,0 +1,85 @@
+// Selection over a LeafTree: which leaves (and loose pages) fill a step's budget.
+//
+// Units are the tree's leaves plus loose pages (pages before the window that are in no leaf
+// yet, scored by the caller). Both searches fill the room greedily in descending score.
+//
+// BeamSelect (default): top-down beam search. From the root, each inner level keeps the `beam`
+// nodes with the best bound max_g (q_g.c + |q_g| r) among the children of the previous beam;
+// at the leaf level the `beam` leaves whose centroid scores best (max_g q_g.c: on real keys
+// the radius term dominates the bound and ranks leaves poorly; with SmolLM2 at 4K tokens this
+// ranking keeps the same attention recall as scoring every leaf) are ranked by exact score
+// (best q.k over their keys and the group's query heads, through LeafScorer), computed
+// best-bound-first so that a leaf whose bound cannot beat the unit that ends the fill is never
+// scored. Leaves and loose units fill the room in descending score until one does not fit.
+//
+// ExactSelect (config.exact): a unit's score is its bound (a leaf's from its stored centroid
+// and radius), and the result is exactly what ExhaustiveSelect gives: every unit in the order
+// (score descending, leaves before loose pages, then smaller id), taken while it fits, stopping
+// at the first that does not. A max-heap holds inner nodes keyed by their bound and units keyed
+// by their score; a parent's bound is at least its children's (leaf_tree.h), and at equal keys
+// nodes come out first, so when a unit is on top nothing unexpanded can come before it in the
+// exhaustive order: it is the next unit of that order. Nodes whose bound is below the unit
+// that stops the fill are never expanded.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "index/icecache/leaf_tree.h"
+#include "index/lychee/search.h"
+#include "index/policy.h"
+
+namespace icecache::ice {
+
+struct TreeQuery {
+  const float* q = nullptr;  // [group][dim]: the query heads of one KV head
+  int group = 1;
+  int dim = 0;
+};
+
+// Loose units (score, tokens; pages is 1) and picks (a leaf id, or an index into the loose units)
+// are lychee's.
+using lychee::LooseUnit;
+using lychee::Pick;
+
+// Exact best q.k of a leaf (over its keys and the group's query heads).
+class LeafScorer {
+ public:
+  virtual ~LeafScorer() = default;
+  virtual float Score(int32_t leaf) = 0;
+};
+
+// Reused between calls so that a warm search allocates nothing.
+struct SearchScratch {
+  struct Entry {
+    float key;
+    int8_t kind;
+    int32_t id;
+  };
+  std::vector<Entry> heap;
+  std::vector<float> q_norm;
+  std::vector<std::pair<float, int32_t>> cand;
+  std::vector<int32_t> frontier;
+};
+
+// Per-head norms of the query (scratch->q_norm) for Bound.
+void PrepareQuery(const TreeQuery& query, SearchScratch* scratch);
+// max_g (q_g.c + |q_g| r). REQUIRES: PrepareQuery(query, ...) filled q_norm.
+float Bound(const TreeQuery& query, const std::vector<float>& q_norm, const float* c, float r);
+
+// Room: `tokens` tokens and `pages` pages. Picks (cleared first) come in selection order.
+// Bounds computed are added to stats->nodes_visited, exact q.k products (keys x group) to
+// stats->keys_scored.
+void BeamSelect(const LeafTree& tree, const TreeQuery& query, int beam,
+                std::span<const LooseUnit> loose, int64_t tokens, int64_t pages, LeafScorer& scorer,
+                SearchScratch* scratch, std::vector<Pick>* picks, SelectionStats* stats);
+void ExactSelect(const LeafTree& tree, const TreeQuery& query, std::span<const LooseUnit> loose,
+                 int64_t tokens, int64_t pages, SearchScratch* scratch, std::vector<Pick>* picks,
+                 SelectionStats* stats);
+// The reference for ExactSelect: every leaf scored by its bound. For tests.
+void ExhaustiveSelect(const LeafTree& tree, const TreeQuery& query,
+                      std::span<const LooseUnit> loose, int64_t tokens, int64_t pages,
+                      std::vector<Pick>* picks);
+
+}  // namespace icecache::ice

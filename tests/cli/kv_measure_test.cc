@@ -1,0 +1,74 @@
+// The measurement options of the CLI: `bench --kv-policies` (several policies decoding in one
+// run) and `--kv-recall` (attention-mass recall in the --kv-stats summary and the JSON stats).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "testing/paths.h"
+#include "testing/run_command.h"
+
+namespace icecache {
+namespace {
+
+using Json = nlohmann::json;
+using testing::CliPath;
+using testing::RunCommand;
+
+TEST(KvMeasureCliTest, BenchComparesPoliciesInOneRun) {
+  auto r = RunCommand(CliPath() +
+                      " bench --synthetic tiny --contexts 300 --decode 4 --repeats 2"
+                      " --kv-policies full,quest,streaming --kv-budget 64 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  const Json& rows = j["results"];
+  ASSERT_EQ(rows.size(), 3u);
+  const char* names[] = {"full", "quest", "streaming"};
+  for (size_t i = 0; i < 3; ++i) {
+    SCOPED_TRACE(names[i]);
+    EXPECT_EQ(rows[i]["policy"], names[i]);
+    EXPECT_EQ(rows[i]["context"], 300);
+    EXPECT_GT(rows[i]["decode_tokens_per_second"].get<double>(), 0);
+    EXPECT_EQ(rows[i]["rounds_tokens_per_second"].size(), 2u);
+  }
+  // Full attends the whole context; the policies at most their budget.
+  EXPECT_GT(rows[0]["tokens_attended"].get<double>(), 290);
+  EXPECT_LE(rows[1]["tokens_attended"].get<double>(), 64);
+  EXPECT_LE(rows[2]["tokens_attended"].get<double>(), 64);
+}
+
+TEST(KvMeasureCliTest, BenchRejectsUnknownPolicy) {
+  auto r = RunCommand(CliPath() + " bench --synthetic tiny --contexts 300 --kv-policies full,nope");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("nope"), std::string::npos) << r.err;
+}
+
+TEST(KvMeasureCliTest, GenerateReportsRecall) {
+  if (testing::DefaultModelPath().empty()) {
+    GTEST_SKIP() << "default model not downloaded (scripts/fetch_model.sh)";
+  }
+  std::string prompt;
+  for (int i = 0; i < 12; ++i) prompt += "The river town kept its records in a stone tower. ";
+  const std::string base = CliPath() + " generate -m default -p '" + prompt +
+                           "' -n 6 --temp 0 --kv-policy quest --kv-budget 64 --kv-recall";
+  auto text = RunCommand(base + " --kv-stats");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.err.find("recall           attention mass on attended tokens: mean"),
+            std::string::npos)
+      << text.err;
+  auto json = RunCommand(base + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const Json kv = Json::parse(json.out)["stats"]["kv"];
+  EXPECT_EQ(kv["recall_samples"].get<int64_t>(), 5 * 30 * 9);  // steps x layers x query heads
+  EXPECT_GT(kv["recall_mean"].get<double>(), 0.0);
+  EXPECT_LE(kv["recall_mean"].get<double>(), 1.0);
+  EXPECT_LE(kv["recall_min"].get<double>(), kv["recall_mean"].get<double>());
+  // Without --kv-recall nothing is measured.
+  auto plain = RunCommand(CliPath() + " generate -m default -p 'Hello' -n 2 --json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(Json::parse(plain.out)["stats"]["kv"]["recall_samples"].get<int64_t>(), 0);
+}
+
+}  // namespace
+}  // namespace icecache

@@ -1,0 +1,338 @@
+// Property tests of the icecache index on a KV sequence driven directly: nothing happens while
+// the context fits the budget; under random insertions (prefill chunks, then decode tokens)
+// every token stays in exactly one page of its list with its K/V unchanged and the tree keeps
+// its invariants; selections respect the budget with the sink first and the window last; a
+// forked sequence is taken over; truncation and a full pool are handled.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "backend/backend.h"
+#include "icecache_test_util.h"
+#include "index/policies.h"
+#include "index/regions.h"
+
+namespace icecache::ice {
+namespace {
+
+constexpr int kLayers = 2, kKvHeads = 2, kHeads = 4, kDim = 16;
+constexpr int kGroup = kHeads / kKvHeads;
+
+IceSetup MakeSetup(int page) {
+  return IceSetup{KvLayout{kLayers, kKvHeads, kDim, page, DType::kF32}};
+}
+
+// Checks one Select call: own pages, each once, within budget and page limit, sink first and
+// window last (when the context exceeds the budget), the budget mostly used.
+void ExpectValidSelection(const KvSequence& seq, int layer, const SelectionLimits& lim,
+                          std::span<const std::vector<PageRef>> out) {
+  const int p = seq.layout().page_size;
+  for (int h = 0; h < kKvHeads; ++h) {
+    const std::vector<PageRef>& pages = seq.pages(layer, h);
+    std::set<int32_t> own;
+    for (const PageRef& pg : pages) own.insert(pg.id);
+    std::set<int32_t> listed;
+    int tokens = 0;
+    for (const PageRef& pg : out[h]) {
+      ASSERT_TRUE(own.count(pg.id)) << "page of another list";
+      ASSERT_TRUE(listed.insert(pg.id).second) << "page listed twice";
+      tokens += pg.len;
+    }
+    ASSERT_LE(tokens, lim.budget);
+    ASSERT_LE(static_cast<int>(out[h].size()), lim.max_pages);
+    if (seq.length() <= lim.budget) continue;
+    const ListRegions r = RegionsOf(seq, layer, h, lim);
+    ASSERT_GE(static_cast<int32_t>(out[h].size()), r.sink_end + (r.end - r.window_begin));
+    for (int32_t i = 0; i < r.sink_end; ++i) ASSERT_EQ(out[h][i].id, pages[i].id) << "sink first";
+    const size_t w = r.end - r.window_begin;
+    for (size_t i = 0; i < w; ++i) {
+      ASSERT_EQ(out[h][out[h].size() - w + i].id, pages[r.window_begin + i].id) << "window last";
+    }
+    ASSERT_GT(r.window_tokens, 0);
+    if (seq.length() >= 2 * lim.budget) {
+      ASSERT_GT(tokens, lim.budget - 2 * p) << "budget mostly unused";
+    }
+  }
+}
+
+TEST(IceCacheIndexTest, NothingHappensWhileTheContextFitsTheBudget) {
+  const IceSetup s = MakeSetup(8);
+  const KvConfig kv = IceConfig(64, 8);
+  auto index = s.MakeIndex(kv);
+  auto h = s.MakeHarness(kv, 80);
+  TestRng rng(1);
+  TopicKeys keys(kDim, 3, 7);
+  AppendTokens(*h, *index, 40, keys, rng);
+  AppendTokens(*h, *index, 24, keys, rng);  // exactly the budget
+  EXPECT_FALSE(index->started());
+  for (int l = 0; l < kLayers; ++l) EXPECT_EQ(h->seq().tail_index(l, 0), 0);
+  std::vector<float> q(kHeads * kDim, 0.5f);
+  std::vector<std::vector<PageRef>> out(kKvHeads);
+  SelectionStats stats;
+  index->Select(h->seq(), 1, q.data(), out, &stats);
+  for (int hd = 0; hd < kKvHeads; ++hd) {
+    const std::vector<PageRef>& pages = h->seq().pages(1, hd);
+    ASSERT_EQ(out[hd].size(), pages.size());
+    for (size_t i = 0; i < pages.size(); ++i) EXPECT_EQ(out[hd][i].id, pages[i].id);
+  }
+  EXPECT_EQ(stats.nodes_visited + stats.keys_scored, 0);
+  AppendTokens(*h, *index, 1, keys, rng);
+  EXPECT_TRUE(index->started()) << "the context exceeds the budget: the index starts";
+  EXPECT_EQ(index->rebuilds(), kLayers * kKvHeads) << "one bulk build per list";
+}
+
+// Random insertions at page sizes 8 and 4 (many splits), with random and clustered keys, one
+// dense layer in some runs: losslessness and every tree invariant after every few appends.
+TEST(IceCacheIndexTest, InvariantsAndLosslessnessUnderRandomInsertions) {
+  for (int page : {8, 4}) {
+    for (uint64_t seed : {11u, 12u}) {
+      SCOPED_TRACE(testing::Message() << "page " << page << " seed " << seed);
+      const IceSetup s = MakeSetup(page);
+      KvConfig kv = IceConfig(64, page);
+      kv.dense_layers = seed == 12u ? 1 : 0;
+      auto index = s.MakeIndex(kv);
+      auto h = s.MakeHarness(kv, 2100);
+      TestRng rng(seed);
+      TopicKeys topic(kDim, 5, seed);
+      RandomKeys random{kDim};
+      auto keys = [&](int l, int hd, int64_t pos, float* k) {
+        if (seed == 11u) {
+          topic(l, hd, pos, k);
+        } else {
+          random(l, hd, pos, k);
+        }
+      };
+      int appends = 0;
+      while (h->seq().length() < 2000) {
+        const int64_t n = h->seq().length() < 500 ? 1 + rng.Below(150)
+                                                  : (rng.Below(10) == 0 ? 1 + rng.Below(40) : 1);
+        AppendTokens(*h, *index, n, keys, rng);
+        if (++appends % 41 == 0 || h->seq().length() >= 2000) {
+          ASSERT_NO_FATAL_FAILURE(h->ExpectLossless());
+          ASSERT_NO_FATAL_FAILURE(
+              ExpectTreeInvariants(*index, h->seq(), kv.dense_layers, kGroup, rng));
+        }
+      }
+      EXPECT_GT(index->insertions(), 100);
+      EXPECT_EQ(index->skipped_absorptions(), 0);
+      EXPECT_GT(index->MemoryBytes(), 0);
+      // Trees grew several levels and split many leaves.
+      const LeafTree& tree = index->tree(1, 0);
+      EXPECT_GE(tree.height(), 2);
+      EXPECT_GT(tree.leaves(), 1800 / page);
+      // The pool bound holds (PoolPagesFor sized the harness for 2100 tokens).
+      EXPECT_LE(h->seq().num_pages(), PoolPagesFor(kv, s.layout, h->seq().length()));
+    }
+  }
+}
+
+TEST(IceCacheIndexTest, SelectRespectsTheBudgetSinkFirstWindowLast) {
+  for (bool exact : {false, true}) {
+    SCOPED_TRACE(exact ? "exact" : "beam");
+    const IceSetup s = MakeSetup(8);
+    KvConfig kv = IceConfig(64, 8);
+    kv.exact = exact;
+    auto index = s.MakeIndex(kv);
+    auto h = s.MakeHarness(kv, 1200);
+    TestRng rng(9);
+    TopicKeys keys(kDim, 4, 9);
+    while (h->seq().length() < 1000) {
+      AppendTokens(*h, *index, 1 + rng.Below(30), keys, rng);
+      std::vector<float> q(kHeads * kDim);
+      for (float& x : q) x = rng.Normal();
+      std::vector<std::vector<PageRef>> out(kKvHeads);
+      SelectionStats stats;
+      const int layer = rng.Below(kLayers);
+      index->Select(h->seq(), layer, q.data(), out, &stats);
+      ASSERT_NO_FATAL_FAILURE(ExpectValidSelection(h->seq(), layer, LimitsFor(kv), out));
+      if (h->seq().length() > 200) {
+        EXPECT_GT(stats.nodes_visited, 0);
+        if (!exact) {
+          EXPECT_GT(stats.keys_scored, 0);
+        }
+      }
+    }
+  }
+}
+
+TEST(IceCacheIndexTest, SameInputsGiveTheSameLayoutAndSelection) {
+  const IceSetup s = MakeSetup(8);
+  const KvConfig kv = IceConfig(64, 8);
+  std::vector<std::vector<int32_t>> runs;
+  for (int run = 0; run < 2; ++run) {
+    auto index = s.MakeIndex(kv);
+    auto h = s.MakeHarness(kv, 900);
+    TestRng rng(3), qrng(4);
+    TopicKeys keys(kDim, 4, 3);
+    std::vector<int32_t> trace;
+    while (h->seq().length() < 800) {
+      AppendTokens(*h, *index, 1 + rng.Below(20), keys, rng);
+      std::vector<float> q(kHeads * kDim);
+      for (float& x : q) x = qrng.Normal();
+      std::vector<std::vector<PageRef>> out(kKvHeads);
+      SelectionStats stats;
+      index->Select(h->seq(), 1, q.data(), out, &stats);
+      for (const auto& o : out) {
+        for (const PageRef& p : o) {
+          trace.push_back(p.id);
+          trace.push_back(p.len);
+        }
+      }
+    }
+    runs.push_back(std::move(trace));
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+}
+
+TEST(IceCacheIndexTest, TakesOverAForkedSequence) {
+  const IceSetup s = MakeSetup(8);
+  const KvConfig kv = IceConfig(64, 8);
+  auto index = s.MakeIndex(kv);
+  auto h = s.MakeHarness(kv, 2 * 700);  // room for the copy
+  TestRng rng(5);
+  TopicKeys keys(kDim, 4, 5);
+  while (h->seq().length() < 600) AppendTokens(*h, *index, 1 + rng.Below(40), keys, rng);
+  auto backend = MakeCpuBackend({.threads = 1});
+  KvSequence copy(&h->seq().pool());
+  ASSERT_TRUE(copy.CopyFrom(h->seq(), *backend).ok());
+  auto fresh = s.MakeIndex(kv);
+  ASSERT_TRUE(fresh->OnAppend(copy, 0, {}).ok());
+  EXPECT_TRUE(fresh->started());
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeInvariants(*fresh, copy, 0, kGroup, rng));
+  for (int l = 0; l < kLayers; ++l) {
+    for (int hd = 0; hd < kKvHeads; ++hd) {
+      EXPECT_EQ(fresh->tree(l, hd).leaves(), index->tree(l, hd).leaves());
+    }
+  }
+  std::vector<float> q(kHeads * kDim);
+  for (float& x : q) x = rng.Normal();
+  std::vector<std::vector<PageRef>> a(kKvHeads), b(kKvHeads);
+  SelectionStats stats;
+  fresh->Select(copy, 1, q.data(), a, &stats);
+  ASSERT_NO_FATAL_FAILURE(ExpectValidSelection(copy, 1, LimitsFor(kv), a));
+  index->Select(h->seq(), 1, q.data(), b, &stats);
+  // Both select the same list positions (the copy has the same arrangement).
+  for (int hd = 0; hd < kKvHeads; ++hd) {
+    ASSERT_EQ(a[hd].size(), b[hd].size());
+    for (size_t i = 0; i < a[hd].size(); ++i) EXPECT_EQ(a[hd][i].len, b[hd][i].len);
+  }
+}
+
+TEST(IceCacheIndexTest, TruncatingTheTailKeepsEverythingConsistent) {
+  const IceSetup s = MakeSetup(8);
+  const KvConfig kv = IceConfig(64, 8);
+  auto index = s.MakeIndex(kv);
+  auto h = s.MakeHarness(kv, 900);
+  TestRng rng(6);
+  TopicKeys keys(kDim, 4, 6);
+  while (h->seq().length() < 500) AppendTokens(*h, *index, 1 + rng.Below(25), keys, rng);
+  int64_t n = h->seq().length() - 10;
+  ASSERT_TRUE(h->seq().CanTruncate(n));
+  h->seq().Truncate(n);
+  index->OnTruncate(h->seq());
+  while (h->seq().length() < 800) AppendTokens(*h, *index, 1 + rng.Below(5), keys, rng);
+  ASSERT_NO_FATAL_FAILURE(h->ExpectLossless());
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeInvariants(*index, h->seq(), 0, kGroup, rng));
+}
+
+// A pool with little room beyond positional paging: absorptions that do not fit are skipped
+// (their pages stay in the tail, scored as loose pages) and nothing is lost.
+TEST(IceCacheIndexTest, AFullPoolSkipsReArrangingAndLosesNothing) {
+  const IceSetup s = MakeSetup(8);
+  const KvConfig kv = IceConfig(64, 8);
+  auto index = s.MakeIndex(kv);
+  const int64_t lists = kLayers * kKvHeads;
+  auto h = std::make_unique<KvHarness>(s.layout, s.layout.PagesForTokens(700) + 3 * lists);
+  TestRng rng(8);
+  TopicKeys keys(kDim, 4, 8);
+  while (h->seq().length() < 690) {
+    const int64_t first = h->seq().length();
+    if (!h->TryAppend(1 + rng.Below(8), keys, rng)) break;
+    ASSERT_TRUE(index->OnAppend(h->seq(), first, {}).ok());
+    std::vector<float> q(kHeads * kDim);
+    for (float& x : q) x = rng.Normal();
+    std::vector<std::vector<PageRef>> out(kKvHeads);
+    SelectionStats stats;
+    index->Select(h->seq(), 0, q.data(), out, &stats);
+    ASSERT_NO_FATAL_FAILURE(ExpectValidSelection(h->seq(), 0, LimitsFor(kv), out));
+  }
+  EXPECT_GT(index->skipped_absorptions(), 0);
+  ASSERT_NO_FATAL_FAILURE(h->ExpectLossless());
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeInvariants(*index, h->seq(), 0, kGroup, rng));
+}
+
+TEST(IceCacheIndexTest, FactoryRejectsWhatItCannotDo) {
+  const IceSetup s = MakeSetup(8);
+  const KvConfig kv = IceConfig(64, 8);
+  IndexContext bad = s.Context(kv);
+  bad.n_heads = 3;
+  auto r = MakeSequenceIndex(bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  auto ok = MakeSequenceIndex(s.Context(kv));
+  ASSERT_TRUE(ok.ok());
+  EXPECT_NE(*ok, nullptr);
+}
+
+// reuse_layers 2 over 4 layers (one dense): layers 1 and 3 search, layer 2 reuses layer 1's
+// positions in the same step (scoring nothing, pages of its own list holding those positions);
+// a layer whose leader has not selected at this length searches itself.
+TEST(IceCacheIndexTest, ReuseLayersSharesTheLeadersPositions) {
+  const IceSetup s{KvLayout{4, kKvHeads, kDim, 8, DType::kF32}};
+  KvConfig kv = IceConfig(64, 8);
+  kv.reuse_layers = 2;
+  kv.dense_layers = 1;
+  auto index = s.MakeIndex(kv);
+  auto h = std::make_unique<KvHarness>(s.layout, PoolPagesFor(kv, s.layout, 700));
+  TestRng rng(12);
+  TopicKeys keys(kDim, 4, 12);
+  const SelectionLimits lim = LimitsFor(kv);
+  while (h->seq().length() < 600) {
+    AppendTokens(*h, *index, 1 + rng.Below(30), keys, rng);
+    std::vector<float> q(kHeads * kDim);
+    for (float& x : q) x = rng.Normal();
+    std::vector<std::vector<PageRef>> lead(kKvHeads), follow(kKvHeads);
+    SelectionStats lead_stats, follow_stats;
+    // Layer 2 first: its leader (1) has not selected at this length, so it searches.
+    index->Select(h->seq(), 2, q.data(), follow, &follow_stats);
+    ASSERT_NO_FATAL_FAILURE(ExpectValidSelection(h->seq(), 2, lim, follow));
+    if (h->seq().length() > 2 * lim.budget) {
+      ASSERT_GT(follow_stats.nodes_visited, 0);
+    }
+    index->Select(h->seq(), 1, q.data(), lead, &lead_stats);
+    follow_stats = {};
+    index->Select(h->seq(), 2, q.data(), follow, &follow_stats);
+    ASSERT_NO_FATAL_FAILURE(ExpectValidSelection(h->seq(), 2, lim, follow));
+    EXPECT_EQ(follow_stats.nodes_visited + follow_stats.keys_scored, 0) << "reused, not searched";
+    if (h->seq().length() <= 2 * lim.budget) continue;
+    const KvPoolView pool = h->seq().pool().view();
+    for (int hd = 0; hd < kKvHeads; ++hd) {
+      // Every page the follower chose between sink and window holds a position the leader chose.
+      const ListRegions rl = RegionsOf(h->seq(), 1, hd, lim);
+      std::set<int32_t> chosen;
+      for (size_t i = rl.sink_end; i + (rl.end - rl.window_begin) < lead[hd].size(); ++i) {
+        for (int t = 0; t < lead[hd][i].len; ++t) {
+          chosen.insert(pool.positions[lead[hd][i].id * 8 + t]);
+        }
+      }
+      const ListRegions rf = RegionsOf(h->seq(), 2, hd, lim);
+      int middle = 0;
+      for (size_t i = rf.sink_end; i + (rf.end - rf.window_begin) < follow[hd].size(); ++i) {
+        bool shares = false;
+        for (int t = 0; t < follow[hd][i].len; ++t) {
+          shares = shares || chosen.count(pool.positions[follow[hd][i].id * 8 + t]) > 0;
+        }
+        EXPECT_TRUE(shares) << "page without any of the leader's positions";
+        ++middle;
+      }
+      EXPECT_GT(middle, 0);
+    }
+    // Layer 3 leads its own group: it searches.
+    SelectionStats third;
+    index->Select(h->seq(), 3, q.data(), lead, &third);
+    EXPECT_GT(third.nodes_visited, 0);
+  }
+}
+
+}  // namespace
+}  // namespace icecache::ice
