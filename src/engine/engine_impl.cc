@@ -73,7 +73,18 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
                        std::to_string(c.head_dim));
   }
   KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, options.kv.page_size, kv_dtype};
-  const int64_t capacity = PoolPagesFor(options.kv, layout, ctx) * options.max_sequences;
+  // A session may fork into any policy (Session::Fork with another KvConfig). On the CPU pool
+  // pages are committed only when first written, so reserve what the hungriest policy needs;
+  // otherwise a fork into a re-arranging policy would find no room and never re-arrange.
+  int64_t per_sequence = PoolPagesFor(options.kv, layout, ctx);
+  if (e->backend_->device() == Device::kCpu) {
+    for (const char* policy : {"lychee", "icecache"}) {
+      KvConfig any = options.kv;
+      any.policy = policy;
+      per_sequence = std::max(per_sequence, PoolPagesFor(any, layout, ctx));
+    }
+  }
+  const int64_t capacity = per_sequence * options.max_sequences;
   ICECACHE_ASSIGN_OR_RETURN(e->pool_, PagePool::Create(*e->backend_, layout, capacity));
   ICECACHE_ASSIGN_OR_RETURN(e->transformer_,
                             Transformer::Create(c, e->model_->weights, e->backend_.get(), chunk,
