@@ -34,6 +34,11 @@ struct EngineOptions {
   int prefill_chunk = 512;     // prompt tokens per forward pass
   int max_sequences = 1;       // sequences whose full context the KV pool must hold at once
   KvConfig kv;                 // KV policy of sequences that do not choose their own
+  // Where the full KV (the host tier) lives on a GPU: "on" keeps it in pinned host memory and
+  // only the pages a sparse policy selects in a device working set; "off" keeps everything in
+  // device memory (dense only: sparse policies need the host tier); "auto" is "on" when `kv`
+  // is a sparse policy. No effect on the CPU, where all KV is in host memory.
+  std::string kv_offload = "auto";
   // When set ("llama-3.1-8b", "llama-3.2-3b", "qwen2.5-7b", ...): instead of `model`, a
   // random-weight model of that exact shape made in the device's memory, for speed
   // measurements. It has no tokenizer: requests must give prompt_tokens.
@@ -49,7 +54,8 @@ struct ModelInfo {
   int trained_context = 0;
   int context_size = 0;  // the limit this engine enforces
   int64_t kv_bytes_per_token = 0;
-  std::string kv_dtype;  // "f32", "f16", "bf16"
+  std::string kv_dtype;       // "f32", "f16", "bf16"
+  bool kv_offloaded = false;  // the full KV is in pinned host memory (GPU with --kv-offload)
   int64_t weight_bytes = 0;
   bool has_chat_template = false;
   std::string backend;  // e.g. "cpu (2 threads)"
@@ -86,6 +92,7 @@ struct KvStats {
   // Seconds per step: selection, working-set fetch, attention, and everything else.
   double select_seconds = 0, fetch_seconds = 0, attend_seconds = 0, other_seconds = 0;
   int64_t host_kv_bytes = 0;      // KV of this sequence in the host tier
+  bool kv_offloaded = false;      // the host tier is pinned host memory of a GPU engine
   int64_t working_set_bytes = 0;  // working-set slots reserved for this sequence
   int64_t index_bytes = 0;        // index metadata
   // Attention-mass recall (KvConfig::recall): per (decode step, layer, query head) the exact

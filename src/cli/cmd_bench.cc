@@ -31,6 +31,7 @@ struct BenchArgs {
   int batch = 1;
   bool shared_prompt = false;
   bool json = false;
+  bool kv_stats = false;  // print each context's KV accounting (last run)
   std::string policies;   // --kv-policies: compare these policies
   std::string text_file;  // prompt text instead of the built-in filler
 };
@@ -111,6 +112,7 @@ int Run(const BenchArgs& a) {
   eo.max_sequences = std::max(eo.max_sequences, a.batch);
   // --kv-policies: the full prefill plus one fork, which may need twice the positional pages.
   if (!policies.empty()) eo.max_sequences = std::max(eo.max_sequences, 3);
+  OffloadForPolicies(policies, &eo);
   auto engine_or = Engine::Create(eo);
   if (!engine_or.ok()) return ReportError(engine_or.status());
   Engine& engine = **engine_or;
@@ -187,6 +189,7 @@ int Run(const BenchArgs& a) {
     const std::vector<GenerateRequest> reqs(static_cast<size_t>(a.batch), req);
     std::vector<double> prefill, decode;
     int64_t kv = 0;
+    KvStats kv_stats;
     for (int r = 0; r < a.repeats; ++r) {
       double shared_tps = 0;
       auto out = a.shared_prompt ? RunSharedPrompt(engine, req, a.batch, &shared_tps)
@@ -199,6 +202,7 @@ int Run(const BenchArgs& a) {
       decode.push_back(out->front().stats.decode_tokens_per_second);
       kv = 0;
       for (const GenerateResult& g : *out) kv += g.stats.kv_bytes;
+      kv_stats = out->front().stats.kv;
     }
     const double p = Median(prefill), d = Median(decode);
     const double ms = d > 0 ? 1000.0 / d : 0.0;
@@ -211,10 +215,15 @@ int Run(const BenchArgs& a) {
                     {"decode_ms_per_step", ms},
                     {"decode_tokens_per_second_all", d * a.batch},
                     {"kv_bytes", kv}});
+    if (a.kv_stats) rows.back()["kv"] = KvStatsToJson(kv_stats);
     if (!a.json) {
       std::printf("| %7d | %5d | %13d | %13.1f | %14.3f | %12.1f | %8s |\n", ctx, a.batch,
                   ctx - a.decode, p, ms, d * a.batch, HumanBytes(kv).c_str());
       std::fflush(stdout);
+    }
+    if (a.kv_stats) {
+      std::fprintf(stderr, "context %d, sequence 1 of the last run:\n%s\n", ctx,
+                   KvStatsText(kv_stats).c_str());
     }
   }
   if (a.json) {
@@ -248,6 +257,8 @@ Command AddBenchCommand(CLI::App& root) {
                 "prefill one sequence and fork it into the batch (decode speed at large batches "
                 "without a prefill per sequence)");
   app->add_flag("--json", args->json, "print results as JSON");
+  app->add_flag("--kv-stats", args->kv_stats,
+                "print the KV accounting of each context's last run (stderr; \"kv\" in --json)");
   app->add_option("--kv-policies", args->policies,
                   "compare the decode speed of these KV policies in one run (e.g. "
                   "full,icecache,lychee,quest; the other --kv-* options apply to each)");

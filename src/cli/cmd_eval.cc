@@ -192,6 +192,7 @@ int Run(const EvalArgs& a) {
   eo.context_size = std::max(max_length, a.model.ctx_size);
   eo.max_sequences = 2;  // the prefilled sample and one fork at a time
   eo.kv.policy = "full";
+  OffloadForPolicies(policies, &eo);
   auto engine_or = Engine::Create(eo);
   if (!engine_or.ok()) return ReportError(engine_or.status());
   Engine& engine = **engine_or;

@@ -12,8 +12,16 @@ EngineOptions ModelOptions::ToEngineOptions() const {
   e.context_size = ctx_size;
   e.prefill_chunk = prefill_chunk;
   e.kv = kv;
+  e.kv_offload = kv_offload;
   e.synthetic = synthetic;
   return e;
+}
+
+void OffloadForPolicies(const std::vector<std::string>& policies, EngineOptions* options) {
+  if (options->kv_offload != "auto") return;
+  for (const std::string& p : policies) {
+    if (p != "full") options->kv_offload = "on";
+  }
 }
 
 SamplingParams SamplingOptions::ToParams() const {
@@ -78,7 +86,13 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
       ->capture_default_str();
   app.add_flag("--kv-recall", kv.recall,
                "measure attention-mass recall (exact softmax mass on the attended tokens) at "
-               "every decode step; a full attention pass per step, CPU only; shown by --kv-stats");
+               "every decode step; a full attention pass per step on the host; shown by "
+               "--kv-stats");
+  app.add_option("--kv-offload", o->kv_offload,
+                 "GPU: keep the full KV in pinned host memory and only the selected pages on the "
+                 "device (auto: on for sparse policies; off: all KV in device memory, dense only)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
 }
 
 void AddSamplingOptions(CLI::App& app, SamplingOptions* o) {

@@ -17,10 +17,15 @@ struct ModelOptions {
   int ctx_size = 0;
   int prefill_chunk = 512;
   KvConfig kv;
+  std::string kv_offload = "auto";
   std::string synthetic;  // a random-weight model of this shape instead of --model
 
   EngineOptions ToEngineOptions() const;
 };
+
+// Commands that fork one prefill into several policies (eval, bench --kv-policies): with
+// --kv-offload auto, turns the host tier on when a listed policy is sparse (it selects there).
+void OffloadForPolicies(const std::vector<std::string>& policies, EngineOptions* options);
 
 struct SamplingOptions {
   float temp = 0.0f;

@@ -39,6 +39,7 @@ nlohmann::json KvStatsToJson(const KvStats& s) {
       {"attend_seconds", s.attend_seconds},
       {"other_seconds", s.other_seconds},
       {"host_kv_bytes", s.host_kv_bytes},
+      {"kv_offloaded", s.kv_offloaded},
       {"working_set_bytes", s.working_set_bytes},
       {"index_bytes", s.index_bytes},
       {"recall_samples", s.recall_samples},
@@ -60,15 +61,16 @@ std::string KvStatsText(const KvStats& s) {
       "layers\n"
       "index            {:.1f} nodes visited per (layer, KV head) per step; {} of metadata\n"
       "fetch            {:.1f} pages, {} per step; hit rate {:.1f}%\n"
-      "memory           host KV {}, working set {}\n"
+      "memory           host KV {}{}, working set {}{}\n"
       "time per step    {:.3f} ms: select {:.3f} ms ({:.1f}%), fetch {:.3f} ms ({:.1f}%), "
       "attend {:.3f} ms ({:.1f}%), rest {:.3f} ms ({:.1f}%)",
       s.policy, s.decode_steps, s.context_tokens, s.sparse_layers, s.dense_layers,
       s.tokens_attended, s.tokens_attended_dense, s.nodes_visited, HumanBytes(s.index_bytes),
       s.pages_fetched, HumanBytes(static_cast<int64_t>(s.bytes_fetched)), 100.0 * s.hit_rate,
-      HumanBytes(s.host_kv_bytes), HumanBytes(s.working_set_bytes), ms(step), ms(s.select_seconds),
-      pct(s.select_seconds), ms(s.fetch_seconds), pct(s.fetch_seconds), ms(s.attend_seconds),
-      pct(s.attend_seconds), ms(s.other_seconds), pct(s.other_seconds));
+      HumanBytes(s.host_kv_bytes), s.kv_offloaded ? " (pinned host memory)" : "",
+      HumanBytes(s.working_set_bytes), s.kv_offloaded ? " (device memory)" : "", ms(step),
+      ms(s.select_seconds), pct(s.select_seconds), ms(s.fetch_seconds), pct(s.fetch_seconds),
+      ms(s.attend_seconds), pct(s.attend_seconds), ms(s.other_seconds), pct(s.other_seconds));
   if (s.recall_samples > 0) {
     text += fmt::format(
         "\nrecall           attention mass on attended tokens: mean {:.4f}, p10 {:.3f}, min "
@@ -94,6 +96,7 @@ nlohmann::json ModelInfoToJson(const ModelInfo& i) {
       {"trained_context", i.trained_context},
       {"context_size", i.context_size},
       {"kv_bytes_per_token", i.kv_bytes_per_token},
+      {"kv_offloaded", i.kv_offloaded},
       {"weight_bytes", i.weight_bytes},
       {"backend", i.backend},
   };

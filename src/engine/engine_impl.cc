@@ -73,11 +73,24 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
                        std::to_string(c.head_dim));
   }
   KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, options.kv.page_size, kv_dtype};
-  // A session may fork into any policy (Session::Fork with another KvConfig). On the CPU pool
-  // pages are committed only when first written, so reserve what the hungriest policy needs;
-  // otherwise a fork into a re-arranging policy would find no room and never re-arrange.
+  if (options.kv_offload != "auto" && options.kv_offload != "on" && options.kv_offload != "off") {
+    return InvalidArgument("--kv-offload: expected auto, on or off, got '" + options.kv_offload +
+                           "'");
+  }
+  const bool gpu = e->backend_->device() != Device::kCpu;
+  const bool offload = gpu && (options.kv_offload == "on" ||
+                               (options.kv_offload == "auto" && options.kv.policy != "full"));
+  if (gpu && options.kv_offload == "off" && options.kv.policy != "full") {
+    return InvalidArgument("--kv-policy " + options.kv.policy +
+                           " on the GPU selects from the host tier: drop --kv-offload off");
+  }
+  // A session may fork into any policy (Session::Fork with another KvConfig), so reserve what
+  // the hungriest policy needs where the pool can take forks into sparse policies; otherwise a
+  // fork into a re-arranging policy would find no room and never re-arrange. On the CPU pages
+  // are committed only when first written (address space, not RAM); a pinned host tier commits
+  // everything, so it grows only for an engine whose own policy is full (forks are the point).
   int64_t per_sequence = PoolPagesFor(options.kv, layout, ctx);
-  if (e->backend_->device() == Device::kCpu) {
+  if (!gpu || (offload && options.kv.policy == "full")) {
     for (const char* policy : {"lychee", "icecache"}) {
       KvConfig any = options.kv;
       any.policy = policy;
@@ -85,12 +98,19 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
     }
   }
   const int64_t capacity = per_sequence * options.max_sequences;
-  ICECACHE_ASSIGN_OR_RETURN(e->pool_, PagePool::Create(*e->backend_, layout, capacity));
+  ICECACHE_ASSIGN_OR_RETURN(
+      e->pool_, PagePool::Create(*e->backend_, layout, capacity,
+                                 offload ? PoolPlacement::kHost : PoolPlacement::kBackend));
   ICECACHE_ASSIGN_OR_RETURN(e->transformer_,
                             Transformer::Create(c, e->model_->weights, e->backend_.get(), chunk,
                                                 options.max_sequences, capacity));
 
   e->sparse_ = std::make_unique<SparseAttention>(e->backend_.get(), c);
+  if (offload) {
+    // One layer of the pool (what a dense step of every sequence may list), grown on demand.
+    e->staged_ = std::make_unique<StagedAttention>(e->backend_.get(), c, layout,
+                                                   (capacity + c.n_layers - 1) / c.n_layers);
+  }
 
   ModelInfo& i = e->info_;
   i.name = c.name;
@@ -108,6 +128,7 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
   i.context_size = ctx;
   i.kv_bytes_per_token = c.KvBytesPerToken(layout.dtype);
   i.kv_dtype = std::string(DTypeName(layout.dtype));
+  i.kv_offloaded = offload;
   for (const TensorEntry& t : e->model_->tensors) i.weight_bytes += t.bytes;
   i.has_chat_template = e->model_->chat_template.has_value();
   i.backend = e->backend_->Describe();
@@ -193,6 +214,8 @@ IndexContext EngineImpl::IndexFor(const KvConfig& kv) const {
 Status EngineImpl::AfterForward(SequenceState& state, int64_t first,
                                 std::span<const int32_t> tokens) {
   if (!state.index) return Status::Ok();
+  // Indexes read and re-arrange the host tier on the host: wait for the device's KV writes.
+  if (backend_->device() != Device::kCpu) backend_->Synchronize();
   return state.index->OnAppend(state.seq, first, tokens);
 }
 
@@ -212,6 +235,7 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
                     counts,
                     done + n == total ? LogitsMode::kLast : LogitsMode::kNone,
                     {}};
+    in.attention = staged_.get();
     auto logits = transformer_->Forward(in);
     if (!logits.ok()) {
       state.seq.Truncate(start);
@@ -248,6 +272,7 @@ Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
     sparse = sparse || s->sparse() || s->kv.recall;
   }
   ForwardInput in{seqs, tokens, counts, LogitsMode::kLast, {}};
+  in.attention = staged_.get();
   if (sparse) {
     sparse_->SetBatch(states);
     in.attention = sparse_.get();
@@ -437,6 +462,12 @@ Result<std::unique_ptr<SequenceState>> EngineImpl::NewState(const KvConfig* kv) 
   }
   auto state = std::make_unique<SequenceState>(pool_.get(), config);
   ICECACHE_ASSIGN_OR_RETURN(state->index, MakeSequenceIndex(IndexFor(config)));
+  if (state->index && !pool_->host_accessible()) {
+    return Unsupported("KV policy '" + config.policy +
+                       "' selects pages from the host tier, but this engine keeps its KV in "
+                       "device memory: start it with --kv-offload on (or with a sparse "
+                       "--kv-policy)");
+  }
   if (state->index) {
     const SelectionLimits lim = LimitsFor(config);
     const int capacity = lim.max_pages + lim.max_pages / 4;
@@ -541,6 +572,7 @@ Result<std::vector<std::vector<float>>> EngineImpl::Logits(std::span<const int32
     }
     const int32_t counts[] = {static_cast<int32_t>(n)};
     ForwardInput in{seqs, tokens.subspan(done, n), counts, LogitsMode::kRows, rows};
+    in.attention = staged_.get();
     ICECACHE_ASSIGN_OR_RETURN(Tensor logits, transformer_->Forward(in));
     for (size_t r = 0; r < rows.size(); ++r) {
       const float* row = static_cast<const float*>(logits.row(static_cast<int64_t>(r)));

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "engine/sequence_state.h"
 #include "engine/sparse_attention.h"
+#include "engine/staged_attention.h"
 #include "engine/transformer.h"
 #include "icecache/engine.h"
 #include "kv/page_pool.h"
@@ -75,6 +76,8 @@ class EngineImpl : public Engine {
   std::unique_ptr<Transformer> transformer_;
   std::unique_ptr<PagePool> pool_;
   std::unique_ptr<SparseAttention> sparse_;
+  // Dense attention when the KV is offloaded (null otherwise: the transformer's own).
+  std::unique_ptr<StagedAttention> staged_;
   ModelInfo info_;
 };
 

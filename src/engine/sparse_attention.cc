@@ -1,8 +1,10 @@
 #include "engine/sparse_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
+#include "core/half.h"
 #include "core/process.h"
 
 namespace icecache {
@@ -16,9 +18,11 @@ Status SparseAttention::Prepare(const StepContext& step) {
     if (step.counts[i] != 1) {
       return Internal("sparse attention runs decode steps (one token per sequence)");
     }
-  }
-  if (backend_->device() != Device::kCpu) {
-    return Unsupported("sparse KV policies and --kv-recall run on the CPU backend for now");
+    if (!states_[i]->seq.pool().host_accessible()) {
+      return Unsupported(
+          "sparse KV policies and --kv-recall need the KV host tier on the host "
+          "(--kv-offload on)");
+    }
   }
   positions_ = step.positions;
   if (row_base_.empty()) {
@@ -28,7 +32,42 @@ Status SparseAttention::Prepare(const StepContext& step) {
   selected_.resize(heads);
   mapped_.resize(heads);
   token_slots_.resize(heads);
+  if (backend_->device() != Device::kCpu) {
+    const int64_t rows = static_cast<int64_t>(states_.size());
+    const int64_t width = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
+    if (q_host_.empty() || q_host_.rows() < rows) {
+      ICECACHE_ASSIGN_OR_RETURN(
+          q_host_, backend_->AllocateStaging(backend_->activation_dtype(), {rows, width}));
+    }
+  }
   return Status::Ok();
+}
+
+bool SparseAttention::NeedsHostQueries(int layer) const {
+  for (const SequenceState* st : states_) {
+    if (st->kv.recall || (st->sparse() && layer >= st->kv.dense_layers)) return true;
+  }
+  return false;
+}
+
+Result<const float*> SparseAttention::HostQueries(const Tensor& q) {
+  if (backend_->device() == Device::kCpu) return q.data_as<const float>();
+  const int64_t n = q.dim(0);
+  const Tensor host = q_host_.Slice(0, n);
+  ICECACHE_RETURN_IF_ERROR(backend_->Copy(q.Reshape({n, host.dim(1)}), host));
+  backend_->Synchronize();
+  const int64_t count = host.numel();
+  q_f32_.resize(static_cast<size_t>(count));
+  if (host.dtype() == DType::kBF16) {
+    const uint16_t* src = host.data_as<const uint16_t>();
+    for (int64_t i = 0; i < count; ++i) q_f32_[i] = Bf16ToF32(src[i]);
+  } else if (host.dtype() == DType::kF32) {
+    const float* src = host.data_as<const float>();
+    std::copy(src, src + count, q_f32_.begin());
+  } else {
+    return Internal("sparse attention: unexpected activation type");
+  }
+  return q_f32_.data();
 }
 
 Status SparseAttention::AttendOne(const Tensor& q, const Tensor& out, int64_t token,
@@ -49,13 +88,24 @@ Status SparseAttention::AttendOne(const Tensor& q, const Tensor& out, int64_t to
     for (const PageRef& p : lists[h]) table_.push_back(p.len);
   }
   AttentionArgs a;
+  const int32_t* table = table_.data();
+  if (backend_->device() != Device::kCpu) {
+    const int64_t need = static_cast<int64_t>(table_.size());
+    if (table_dev_.empty() || table_dev_.numel() < need) {
+      ICECACHE_ASSIGN_OR_RETURN(table_dev_,
+                                backend_->Allocate(DType::kI32, {std::max<int64_t>(need, 4096)}));
+    }
+    const Tensor src(table_.data(), DType::kI32, {need});
+    ICECACHE_RETURN_IF_ERROR(backend_->Copy(src, table_dev_.Slice(0, need)));
+    table = table_dev_.data_as<const int32_t>();
+  }
   a.q = q.Slice(token, token + 1);
   a.out = out.Slice(token, token + 1);
   a.positions = positions_.Slice(token, token + 1);
   a.row_base = row_base_;
-  a.table.indptr = table_.data();
-  a.table.indices = table_.data() + heads + 1;
-  a.table.lens = table_.data() + heads + 1 + total;
+  a.table.indptr = table;
+  a.table.indices = table + heads + 1;
+  a.table.lens = table + heads + 1 + total;
   a.table.num_rows = heads;
   a.pool = pool;
   a.n_heads = config_.n_heads;
@@ -71,6 +121,19 @@ Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
   const int group = config_.n_heads / heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
   const int64_t qrow = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
+  const float* q_host = nullptr;
+  const bool gpu = backend_->device() != Device::kCpu;
+  if (NeedsHostQueries(layer)) {
+    // The layer's work so far belongs to "rest"; only the copy is charged to selection.
+    if (gpu) backend_->Synchronize();
+    const double t0 = NowSeconds();
+    ICECACHE_ASSIGN_OR_RETURN(q_host, HostQueries(q));
+    // Charged to selection: the queries cross to the host only for it (and for recall).
+    const double spent = NowSeconds() - t0;
+    for (SequenceState* st : states_) {
+      if (st->sparse() && layer >= st->kv.dense_layers) st->acct.select_s += spent;
+    }
+  }
   for (size_t i = 0; i < states_.size(); ++i) {
     SequenceState& st = *states_[i];
     KvAccounting& acct = st.acct;
@@ -84,7 +147,7 @@ Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
       ++acct.dense_layer_steps;
       if (st.kv.recall && !st.sparse()) {
         const double r0 = NowSeconds();
-        const float* qh = q.data_as<const float>() + t * qrow;
+        const float* qh = q_host + t * qrow;
         for (int h = 0; h < heads; ++h) {
           recall_.AddPages(st.seq, layer, h, qh, group, scale, selected_[h], &acct.recall);
         }
@@ -92,11 +155,12 @@ Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
       }
       const double t0 = NowSeconds();
       ICECACHE_RETURN_IF_ERROR(AttendOne(q, out, t, selected_, st.seq.pool().view()));
+      if (gpu) backend_->Synchronize();
       acct.attend_s += NowSeconds() - t0;
       continue;
     }
     // select
-    const float* qh = q.data_as<const float>() + t * qrow;
+    const float* qh = q_host + t * qrow;
     SelectionStats sel;
     const double t0 = NowSeconds();
     const bool tokens = st.index->token_level();
@@ -134,9 +198,13 @@ Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
       for (const PageRef& p : mapped_[h]) acct.tokens_sparse += p.len;
     }
     ICECACHE_RETURN_IF_ERROR(st.working_set->Flush(st.seq.pool()));
+    // On a GPU the split waits for each phase, so that it counts device time (the host waits
+    // for the queries of every layer anyway).
+    if (gpu) backend_->Synchronize();
     const double t2 = NowSeconds();
     // attend
     ICECACHE_RETURN_IF_ERROR(AttendOne(q, out, t, mapped_, st.working_set->view()));
+    if (gpu) backend_->Synchronize();
     const double t3 = NowSeconds();
     acct.select_s += t1 - t0;
     acct.fetch_s += t2 - t1f;

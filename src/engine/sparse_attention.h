@@ -5,6 +5,13 @@
 // every page of the host tier. Time and work are charged to each sequence's accounting. With
 // KvConfig::recall it also measures the attention-mass recall of what each step attends (every
 // layer of a "full" sequence, the selecting layers of a policy's).
+//
+// On a GPU the host tier is pinned host memory (--kv-offload) and the working set is device
+// memory: the policies select on the host from a copy of the layer's queries (one device-to-host
+// copy and wait per layer), the working set's Flush gathers the missing pages into device slots
+// (a kernel reading the mapped host tier), and the page table is copied to the device before
+// the multi-segment decode kernel runs. Dense layers and "full" sequences read the host tier
+// directly through the mapping.
 #pragma once
 
 #include <span>
@@ -33,6 +40,11 @@ class SparseAttention : public LayerAttention {
   // head) in `pool`.
   Status AttendOne(const Tensor& q, const Tensor& out, int64_t token,
                    const std::vector<std::vector<PageRef>>& lists, const KvPoolView& pool);
+  // The layer's queries as host f32 [n_tokens][n_heads * head_dim] (a view of `q` on the CPU; a
+  // converted copy on other backends).
+  Result<const float*> HostQueries(const Tensor& q);
+  // True when some sequence of the batch needs `layer`'s queries on the host.
+  bool NeedsHostQueries(int layer) const;
 
   Backend* backend_;
   ModelConfig config_;
@@ -41,7 +53,8 @@ class SparseAttention : public LayerAttention {
   std::vector<std::vector<PageRef>> selected_, mapped_;
   std::vector<std::vector<int32_t>> token_slots_;
   std::vector<int32_t> table_;  // host staging: indptr | indices | lens
-  Tensor table_dev_, q_host_, pos_host_, row_base_;
+  Tensor table_dev_, q_host_, row_base_;
+  std::vector<float> q_f32_;
   AttentionRecall recall_;
 };
 

@@ -8,19 +8,24 @@
 namespace icecache {
 
 Result<std::unique_ptr<PagePool>> PagePool::Create(Backend& backend, const KvLayout& layout,
-                                                   int64_t capacity) {
+                                                   int64_t capacity, PoolPlacement placement) {
   if (capacity <= 0 || capacity > INT32_MAX / layout.page_size) {
     return InvalidArgument("KV page capacity " + std::to_string(capacity) + " is out of range");
   }
   std::unique_ptr<PagePool> pool(new PagePool());
   pool->layout_ = layout;
   pool->capacity_ = capacity;
-  ICECACHE_ASSIGN_OR_RETURN(
-      pool->k_, backend.Allocate(layout.dtype, {capacity, layout.page_size, layout.head_dim}));
-  ICECACHE_ASSIGN_OR_RETURN(
-      pool->v_, backend.Allocate(layout.dtype, {capacity, layout.page_size, layout.head_dim}));
-  ICECACHE_ASSIGN_OR_RETURN(pool->positions_,
-                            backend.Allocate(DType::kI32, {capacity, layout.page_size}));
+  const bool host = placement == PoolPlacement::kHost && backend.device() != Device::kCpu;
+  pool->host_accessible_ = host || backend.device() == Device::kCpu;
+  pool->offloaded_ = host;
+  auto alloc = [&](DType dtype, std::initializer_list<int64_t> shape) {
+    return host ? backend.AllocateStaging(dtype, shape) : backend.Allocate(dtype, shape);
+  };
+  ICECACHE_ASSIGN_OR_RETURN(pool->k_,
+                            alloc(layout.dtype, {capacity, layout.page_size, layout.head_dim}));
+  ICECACHE_ASSIGN_OR_RETURN(pool->v_,
+                            alloc(layout.dtype, {capacity, layout.page_size, layout.head_dim}));
+  ICECACHE_ASSIGN_OR_RETURN(pool->positions_, alloc(DType::kI32, {capacity, layout.page_size}));
   pool->free_.resize(capacity);
   pool->version_.assign(capacity, 0);
   // Stack with page 0 on top.
@@ -44,6 +49,8 @@ void PagePool::Free(int32_t page) {
   ICECACHE_CHECK(page >= 0 && page < capacity_);
   free_.push_back(page);
 }
+
+int64_t PagePool::bytes() const { return k_.nbytes() + v_.nbytes() + positions_.nbytes(); }
 
 KvPoolView PagePool::view() const {
   KvPoolView v;

@@ -126,5 +126,22 @@ TEST_F(EngineApiTest, UnknownPolicyIsAnError) {
   EXPECT_NE(e.status().message().find("magic"), std::string::npos);
 }
 
+TEST_F(EngineApiTest, KvOffloadOptionIsChecked) {
+  EngineOptions o{.model = *dir_};
+  o.kv_offload = "sometimes";
+  auto bad = Engine::Create(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--kv-offload"), std::string::npos);
+  // On the CPU all KV is host memory already: every value works and nothing is offloaded.
+  for (const char* v : {"auto", "on", "off"}) {
+    o.kv_offload = v;
+    o.kv.policy = "quest";
+    auto e = Engine::Create(o);
+    ASSERT_TRUE(e.ok()) << v << ": " << e.status().message();
+    EXPECT_FALSE((*e)->info().kv_offloaded);
+  }
+}
+
 }  // namespace
 }  // namespace icecache

@@ -135,8 +135,11 @@ class TokenLengthTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (icecache::testing::DefaultModelPath().empty()) return;
-    auto e = Engine::Create(
-        {.model = icecache::testing::DefaultModelPath(), .threads = 1, .context_size = 512});
+    EngineOptions options;
+    options.model = icecache::testing::DefaultModelPath();
+    options.threads = 1;
+    options.context_size = 512;
+    auto e = Engine::Create(options);
     ASSERT_TRUE(e.ok()) << e.status().message();
     engine_ = std::move(*e);
     codec_ = MakeEngineCodec(*engine_);

@@ -29,39 +29,15 @@ while [[ $# -gt 0 ]]; do
 done
 TMPD=${TMPDIR:-/tmp}/icecache-gpu-run  # raw outputs (only the merged files go to $OUT)
 rm -rf "$TMPD"
-mkdir -p "$OUT" "$TMPD"
-exec > >(tee -a "$OUT/run.log") 2>&1
-START=$(date +%s)
-step() { echo; echo "=== $* [$(($(date +%s) - START))s]"; }
-STATUS=0
-fail() { echo "FAILED: $*"; STATUS=1; }
+mkdir -p "$TMPD"
+source "$ROOT/tools/gpu/log.sh"
 
 step "environment"
 nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version,clocks.sm --format=csv || true
 command -v nvcc >/dev/null && nvcc --version | tail -1
 
 step "build"
-if [[ -n $BUNDLE ]]; then
-  DEST=/tmp/icecache-gpu
-  rm -rf "$DEST" && mkdir -p "$DEST" && tar -C "$DEST" -xJf "$BUNDLE" || { echo "bad bundle"; exit 1; }
-  BIN=$DEST/bin/icecache TESTBIN=$DEST/bin/backend_cuda_tests OPSBENCH=$DEST/bin/cuda_ops_bench
-  export LD_LIBRARY_PATH=$DEST/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  echo "prebuilt bundle $BUNDLE"
-else
-  cmake -S "$ROOT" -B "$ROOT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DICECACHE_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES="90-real;90-virtual" &&
-    ninja -C "$ROOT/build-gpu" icecache_cli backend_cuda_tests cuda_ops_bench ||
-    { echo "build failed"; exit 1; }
-  BIN=$ROOT/build-gpu/icecache TESTBIN=$ROOT/build-gpu/tests/backend_cuda_tests
-  OPSBENCH=$ROOT/build-gpu/bench/cuda_ops_bench
-fi
-# cuBLASLt of the CUDA 13 toolkit or of the Python wheels.
-if ldd "$BIN" | grep -q "libcublasLt.so.13 => not found"; then
-  lib=$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
-  [[ -n $lib ]] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$lib")
-fi
-ldd "$BIN" | grep "not found" && fail "missing shared libraries"
-export ICECACHE_SOURCE_DIR=$ROOT ICECACHE_MODEL_DIR=$ROOT/.cache/models
+source "$ROOT/tools/gpu/binaries.sh"
 MODEL=$ROOT/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
 [[ -f $MODEL ]] || echo "SmolLM2 not at .cache/models: its GPU parity checks are skipped"
 

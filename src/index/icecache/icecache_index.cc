@@ -17,16 +17,29 @@ namespace ice {
 
 namespace {
 
-// Best q.k over `n` keys and the group's query heads.
-float BestDot(const TreeQuery& query, const float* keys, int n) {
+// The soft maximum of q.k over `n` keys and the group's query heads: the log-mean-exp of the
+// softmax logits s q.k (s = 1 / sqrt(dim)), in q.k units: (log sum exp(s q_g.k_t) - log(n G)) / s.
+// It ranks units by the softmax mass per token they add (what attention-mass recall counts;
+// the best single key ranks a page full of near-best keys below one lucky key), and it is at
+// most the best q.k, so every bound of the tree still caps it. One pass (running maximum).
+float SoftScore(const TreeQuery& query, const float* keys, int n) {
+  const double s = 1.0 / std::sqrt(static_cast<double>(query.dim));
   float best = -std::numeric_limits<float>::infinity();
+  double sum = 0;  // sum of exp(s (dot - best))
   for (int t = 0; t < n; ++t) {
     for (int g = 0; g < query.group; ++g) {
-      best = std::max(best, DotF(query.q + static_cast<size_t>(g) * query.dim,
-                                 keys + static_cast<size_t>(t) * query.dim, query.dim));
+      const float d = DotF(query.q + static_cast<size_t>(g) * query.dim,
+                           keys + static_cast<size_t>(t) * query.dim, query.dim);
+      if (d > best) {
+        sum = sum * std::exp(s * (static_cast<double>(best) - d)) + 1.0;
+        best = d;
+      } else {
+        sum += std::exp(s * (static_cast<double>(d) - best));
+      }
     }
   }
-  return best;
+  const double terms = static_cast<double>(n) * query.group;
+  return std::min(best, best + static_cast<float>(std::log(sum / terms) / s));
 }
 
 class PageScorer : public LeafScorer {
@@ -36,7 +49,7 @@ class PageScorer : public LeafScorer {
       : reader_(pool), pages_(pages), first_leaf_(first_leaf), query_(query) {}
   float Score(int32_t leaf) override {
     const PageRef& p = pages_[first_leaf_ + leaf];
-    return BestDot(query_, reader_.Keys(p.id, p.len), p.len);
+    return SoftScore(query_, reader_.Keys(p.id, p.len), p.len);
   }
 
  private:
@@ -210,7 +223,7 @@ void IceCacheIndex::ScoreLoose(const std::vector<PageRef>& pages, int32_t begin,
       score = Bound(query, search_.q_norm, centre_.data(), radius);
       ++stats->nodes_visited;
     } else {
-      score = BestDot(query, k, page.len);
+      score = SoftScore(query, k, page.len);
       stats->keys_scored += static_cast<int64_t>(page.len) * query.group;
     }
     loose_.push_back({score, page.len});

@@ -8,7 +8,7 @@
 // at the leaf level the `beam` leaves whose centroid scores best (max_g q_g.c: on real keys
 // the radius term dominates the bound and ranks leaves poorly; with SmolLM2 at 4K tokens this
 // ranking keeps the same attention recall as scoring every leaf) are ranked by exact score
-// (best q.k over their keys and the group's query heads, through LeafScorer), computed
+// (from their keys and the group's query heads, through LeafScorer; at most the best q.k), computed
 // best-bound-first so that a leaf whose bound cannot beat the unit that ends the fill is never
 // scored. Leaves and loose units fill the room in descending score until one does not fit.
 //
@@ -43,7 +43,8 @@ struct TreeQuery {
 using lychee::LooseUnit;
 using lychee::Pick;
 
-// Exact best q.k of a leaf (over its keys and the group's query heads).
+// Exact score of a leaf from its keys and the group's query heads; it must not exceed the best
+// q.k among them (so the leaf's bound caps it).
 class LeafScorer {
  public:
   virtual ~LeafScorer() = default;
