@@ -106,6 +106,7 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
                                                 options.max_sequences, capacity));
 
   e->sparse_ = std::make_unique<SparseAttention>(e->backend_.get(), c);
+  e->index_workers_ = std::make_unique<ThreadPool>(gpu ? 0 : options.threads);
   if (offload) {
     // One layer of the pool (what a dense step of every sequence may list), grown on demand.
     e->staged_ = std::make_unique<StagedAttention>(e->backend_.get(), c, layout,
@@ -208,6 +209,7 @@ IndexContext EngineImpl::IndexFor(const KvConfig& kv) const {
   c.n_heads = info_.n_heads;
   c.limits = LimitsFor(kv);
   c.tokenizer = model_->tokenizer.get();
+  c.workers = index_workers_.get();
   return c;
 }
 

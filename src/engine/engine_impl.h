@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/thread_pool.h"
 #include "engine/sequence_state.h"
 #include "engine/sparse_attention.h"
 #include "engine/staged_attention.h"
@@ -78,6 +79,8 @@ class EngineImpl : public Engine {
   std::unique_ptr<SparseAttention> sparse_;
   // Dense attention when the KV is offloaded (null otherwise: the transformer's own).
   std::unique_ptr<StagedAttention> staged_;
+  // Host threads the sequences' indexes maintain their lists with (one index at a time).
+  std::unique_ptr<ThreadPool> index_workers_;
   ModelInfo info_;
 };
 

@@ -19,6 +19,8 @@
 
 namespace icecache {
 
+class ThreadPool;
+
 class Tokenizer;
 
 // What a step may attend per (layer, KV head).
@@ -35,6 +37,9 @@ struct IndexContext {
   int n_heads = 0;  // query heads
   SelectionLimits limits;
   const Tokenizer* tokenizer = nullptr;  // for boundary-aware chunking (may be null)
+  // Host threads an index may use to maintain the lists of its sequence in parallel (may be
+  // null: one thread). Shared by the engine's indexes, which never run at the same time.
+  ThreadPool* workers = nullptr;
 };
 
 // Work an index did for one Select call (summed over the KV heads of the call).

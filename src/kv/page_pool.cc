@@ -34,6 +34,7 @@ Result<std::unique_ptr<PagePool>> PagePool::Create(Backend& backend, const KvLay
 }
 
 Result<int32_t> PagePool::Allocate() {
+  std::lock_guard<std::mutex> lock(mu_);
   if (free_.empty()) {
     return ResourceExhausted("out of KV space: all " + std::to_string(capacity_) + " pages of " +
                              std::to_string(layout_.page_size) + " tokens are in use");
@@ -41,12 +42,13 @@ Result<int32_t> PagePool::Allocate() {
   const int32_t id = free_.back();
   free_.pop_back();
   ++version_[id];
-  peak_used_ = std::max(peak_used_, used());
+  peak_used_ = std::max(peak_used_, capacity_ - static_cast<int64_t>(free_.size()));
   return id;
 }
 
 void PagePool::Free(int32_t page) {
   ICECACHE_CHECK(page >= 0 && page < capacity_);
+  std::lock_guard<std::mutex> lock(mu_);
   free_.push_back(page);
 }
 

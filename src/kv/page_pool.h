@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "backend/backend.h"
@@ -27,7 +28,9 @@ class PagePool {
       Backend& backend, const KvLayout& layout, int64_t capacity,
       PoolPlacement placement = PoolPlacement::kBackend);
 
-  // A free page id, or ResourceExhausted naming the capacity. Its version changes.
+  // A free page id, or ResourceExhausted naming the capacity. Its version changes. Allocate,
+  // Free, used() and peak_used() may be called from several threads at once (indexes that
+  // re-arrange the lists of one sequence in parallel); everything else may not.
   Result<int32_t> Allocate();
   void Free(int32_t page);
   // Marks a page's contents as changed (copies of it elsewhere are stale).
@@ -37,8 +40,14 @@ class PagePool {
 
   const KvLayout& layout() const { return layout_; }
   int64_t capacity() const { return capacity_; }
-  int64_t used() const { return capacity_ - static_cast<int64_t>(free_.size()); }
-  int64_t peak_used() const { return peak_used_; }
+  int64_t used() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return capacity_ - static_cast<int64_t>(free_.size());
+  }
+  int64_t peak_used() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_used_;
+  }
   KvPoolView view() const;
   // True when the host can read and write the pages directly (CPU backend, or kHost).
   bool host_accessible() const { return host_accessible_; }
@@ -54,6 +63,7 @@ class PagePool {
   bool host_accessible_ = false;
   bool offloaded_ = false;
   Tensor k_, v_, positions_;
+  mutable std::mutex mu_;      // guards free_ and peak_used_
   std::vector<int32_t> free_;  // a stack; low ids handed out first
   std::vector<uint32_t> version_;
 };

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "backend/backend.h"
+#include "core/thread_pool.h"
 #include "icecache_test_util.h"
 #include "index/policies.h"
 #include "index/regions.h"
@@ -182,6 +183,64 @@ TEST(IceCacheIndexTest, SameInputsGiveTheSameLayoutAndSelection) {
     runs.push_back(std::move(trace));
   }
   EXPECT_EQ(runs[0], runs[1]);
+}
+
+// Every list's pages as the positions they hold, in list order (page ids aside).
+std::vector<std::vector<int32_t>> Layout(const KvSequence& seq) {
+  std::vector<std::vector<int32_t>> out;
+  const KvPoolView v = seq.pool().view();
+  for (int l = 0; l < kLayers; ++l) {
+    for (int h = 0; h < kKvHeads; ++h) {
+      for (const PageRef& p : seq.pages(l, h)) {
+        const int32_t* pos = v.positions + static_cast<int64_t>(p.id) * v.page_size;
+        out.emplace_back(pos, pos + p.len);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(IceCacheIndexTest, ListsMaintainedInParallelEqualOneByOne) {
+  const IceSetup s = MakeSetup(8);
+  const KvConfig kv = IceConfig(64, 8);
+  ThreadPool workers(4);
+  std::vector<std::vector<std::vector<int32_t>>> layouts, selections;
+  for (ThreadPool* w : {static_cast<ThreadPool*>(nullptr), &workers}) {
+    IndexContext context = s.Context(kv);
+    context.workers = w;
+    IceCacheIndex index(context);
+    auto h = s.MakeHarness(kv, 1200);
+    TestRng rng(11), qrng(12);
+    TopicKeys keys(kDim, 4, 5);
+    std::vector<std::vector<int32_t>> picked;
+    // Prefill-sized chunks (bulk builds and insertions of many tokens), then decode steps.
+    for (int64_t chunk : {300, 200, 250, 100}) AppendTokens(*h, index, chunk, keys, rng);
+    for (int step = 0; step < 40; ++step) {
+      AppendTokens(*h, index, 1, keys, rng);
+      std::vector<float> q(kHeads * kDim);
+      for (float& x : q) x = qrng.Normal();
+      std::vector<std::vector<PageRef>> out(kKvHeads);
+      SelectionStats stats;
+      index.Select(h->seq(), step % kLayers, q.data(), out, &stats);
+      const KvPoolView v = h->seq().pool().view();
+      for (const auto& o : out) {
+        picked.emplace_back();
+        for (const PageRef& p : o) {
+          const int32_t* pos = v.positions + static_cast<int64_t>(p.id) * v.page_size;
+          picked.back().insert(picked.back().end(), pos, pos + p.len);
+        }
+      }
+    }
+    EXPECT_GT(index.rebuilds(), 0);
+    EXPECT_GT(index.insertions(), 0);
+    if (w != nullptr) {
+      EXPECT_GT(index.parallel_appends(), 0);
+    }
+    layouts.push_back(Layout(h->seq()));
+    selections.push_back(std::move(picked));
+  }
+  EXPECT_EQ(layouts[0], layouts[1]);
+  EXPECT_EQ(selections[0], selections[1]);
 }
 
 TEST(IceCacheIndexTest, TakesOverAForkedSequence) {

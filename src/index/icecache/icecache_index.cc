@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/thread_pool.h"
 #include "index/icecache/list_layout.h"
 #include "index/icecache/mips.h"
 #include "index/key_reader.h"
@@ -92,10 +93,44 @@ Status IceCacheIndex::OnAppend(KvSequence& seq, int64_t, std::span<const int32_t
     started_ = true;
   }
   const int64_t limit = len - context_.limits.window;  // positions before it left the window
+  const int64_t lists = static_cast<int64_t>(n_layers - l0) * heads;
+  bool parallel = context_.workers != nullptr && context_.workers->size() > 1 && lists > 1;
+  if (parallel) {
+    int64_t need = 0;
+    for (int l = l0; l < n_layers; ++l) {
+      for (int h = 0; h < heads; ++h) need += AbsorbPages(seq, l, h, limit);
+    }
+    const PagePool& pool = seq.pool();
+    parallel = need > 0 && need <= pool.capacity() - pool.used();
+  }
+  if (parallel) {
+    ++parallel_appends_;
+    context_.workers->ParallelFor(lists, 1, [&](int, int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        Absorb(seq, l0 + static_cast<int>(i / heads), static_cast<int>(i % heads), limit);
+      }
+    });
+    return Status::Ok();
+  }
   for (int l = l0; l < n_layers; ++l) {
     for (int h = 0; h < heads; ++h) Absorb(seq, l, h, limit);
   }
   return Status::Ok();
+}
+
+int64_t IceCacheIndex::AbsorbPages(const KvSequence& seq, int layer, int head,
+                                   int64_t limit) const {
+  const int p = context_.layout.page_size;
+  const ListState& s = state(layer, head);
+  const int64_t tail_pos =
+      s.started ? seq.tail_pos(layer, head) : static_cast<int64_t>(sink_pages_) * p;
+  const int64_t absorb = (limit - tail_pos) / p;
+  if (absorb <= 0) return 0;
+  // A bulk build lays out every indexed token again in leaves of at least max(1, P / 2)
+  // tokens; an insertion splits at most one leaf per token.
+  const int64_t tokens = s.tree.keys() + absorb * p;
+  const int64_t min_fill = std::max(1, p / 2);
+  return std::max((tokens + min_fill - 1) / min_fill + 1, absorb * p);
 }
 
 Status IceCacheIndex::Adopt(const KvSequence& seq) {

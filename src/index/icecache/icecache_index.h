@@ -1,6 +1,10 @@
 // icecache: one LeafTree per (layer, KV head) over post-RoPE keys, whose leaves are physical
 // KV pages of semantically close tokens, searched top-down at every decode step.
 //
+// Lists are independent: when the engine lends worker threads and the pool has room for every
+// list's worst case at once, OnAppend absorbs them in parallel (same result as one by one, up
+// to which page ids the lists get).
+//
 // Nothing happens while the context fits the budget (Select then lists every page in order, so
 // the result is exactly full attention). Once it exceeds the budget, every OnAppend absorbs the
 // tail pages that are entirely older than the recent window (the sink pages stay in place):
@@ -20,6 +24,7 @@
 // not select at this sequence length searches itself.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -49,9 +54,10 @@ class IceCacheIndex : public SequenceIndex {
   bool list_started(int layer, int head) const { return state(layer, head).started; }
   const LeafTree& tree(int layer, int head) const { return state(layer, head).tree; }
   int32_t sink_pages() const { return sink_pages_; }
-  int64_t rebuilds() const { return rebuilds_; }
-  int64_t insertions() const { return insertions_; }
-  int64_t skipped_absorptions() const { return skipped_; }  // pool too full to re-arrange
+  int64_t rebuilds() const { return rebuilds_.load(); }
+  int64_t insertions() const { return insertions_.load(); }
+  int64_t skipped_absorptions() const { return skipped_.load(); }  // pool too full to re-arrange
+  int64_t parallel_appends() const { return parallel_appends_; }   // OnAppend calls run in parallel
   // The beam width (nodes kept per level, leaves included) for a tree over `keys` keys with
   // room for `pages` more pages: max(kMinBeam, kBeamPerToken * keys, 2 * pages).
   static int BeamWidth(int64_t keys, int64_t pages);
@@ -71,6 +77,8 @@ class IceCacheIndex : public SequenceIndex {
   // Takes over lists that another icecache index arranged (a forked session).
   Status Adopt(const KvSequence& seq);
   void Absorb(KvSequence& seq, int layer, int head, int64_t limit);
+  // Pages Absorb(seq, layer, head, limit) may allocate at most (before it frees any).
+  int64_t AbsorbPages(const KvSequence& seq, int layer, int head, int64_t limit) const;
   // Lists every page of the list (exactly full attention) when the context fits the budget.
   bool SelectAllIfCovered(const KvSequence& seq, int layer, int head,
                           std::vector<PageRef>* out) const;
@@ -86,9 +94,10 @@ class IceCacheIndex : public SequenceIndex {
   IndexContext context_;
   int32_t sink_pages_ = 0;
   bool started_ = false;
-  int64_t rebuilds_ = 0;
-  int64_t insertions_ = 0;
-  int64_t skipped_ = 0;
+  std::atomic<int64_t> rebuilds_{0};
+  std::atomic<int64_t> insertions_{0};
+  std::atomic<int64_t> skipped_{0};
+  int64_t parallel_appends_ = 0;
   std::vector<ListState> lists_;  // [layer * n_kv_heads + head]
 
   // The positions (between sink and window) the last searching layer selected, per KV head.
