@@ -30,8 +30,9 @@ Status StagedAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
     for (int h = 0; h < heads; ++h) total += static_cast<int64_t>(s->pages(layer, h).size());
   }
   ICECACHE_RETURN_IF_ERROR(Reserve(total));
-  // Staging page i holds the i-th listed page: the indices are 0..total-1 in row order.
-  ids_.resize(static_cast<size_t>(2 * total));
+  // Staging page i holds the i-th listed page: the indices are 0..total-1 in row order, and
+  // the same device entries name the gather's destination pages.
+  ids_.resize(static_cast<size_t>(total));
   table_.assign(static_cast<size_t>(rows + 1 + 2 * total), 0);
   int32_t* indptr = table_.data();
   int32_t* indices = indptr + rows + 1;
@@ -42,7 +43,6 @@ Status StagedAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
       indptr[r] = static_cast<int32_t>(i);
       for (const PageRef& p : s->pages(layer, h)) {
         ids_[i] = p.id;
-        ids_[total + i] = static_cast<int32_t>(i);
         indices[i] = static_cast<int32_t>(i);
         lens[i] = p.len;
         ++i;
@@ -50,21 +50,21 @@ Status StagedAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
     }
   }
   indptr[rows] = static_cast<int32_t>(total);
-  const int64_t need_ids = 2 * total, need_table = static_cast<int64_t>(table_.size());
-  if (ids_dev_.empty() || ids_dev_.numel() < need_ids) {
-    ICECACHE_ASSIGN_OR_RETURN(ids_dev_, backend_->Allocate(DType::kI32, {2 * need_ids + 1024}));
+  const int64_t need_table = static_cast<int64_t>(table_.size());
+  if (ids_dev_.empty() || ids_dev_.numel() < total) {
+    ICECACHE_ASSIGN_OR_RETURN(ids_dev_, backend_->Allocate(DType::kI32, {2 * total + 1024}));
   }
   if (table_dev_.empty() || table_dev_.numel() < need_table) {
     ICECACHE_ASSIGN_OR_RETURN(table_dev_, backend_->Allocate(DType::kI32, {2 * need_table + 1024}));
   }
-  if (total > 0) {
-    ICECACHE_RETURN_IF_ERROR(
-        backend_->Copy(Tensor(ids_.data(), DType::kI32, {need_ids}), ids_dev_.Slice(0, need_ids)));
-    backend_->CopyPages(step_.seqs.front()->pool().view(), stage_->view(), ids_dev_.Slice(0, total),
-                        ids_dev_.Slice(total, need_ids));
-  }
   ICECACHE_RETURN_IF_ERROR(backend_->Copy(Tensor(table_.data(), DType::kI32, {need_table}),
                                           table_dev_.Slice(0, need_table)));
+  if (total > 0) {
+    ICECACHE_RETURN_IF_ERROR(
+        backend_->Copy(Tensor(ids_.data(), DType::kI32, {total}), ids_dev_.Slice(0, total)));
+    backend_->CopyPages(step_.seqs.front()->pool().view(), stage_->view(), ids_dev_.Slice(0, total),
+                        table_dev_.Slice(rows + 1, rows + 1 + total));
+  }
   const int32_t* t = table_dev_.data_as<const int32_t>();
   AttentionArgs a;
   a.q = q;

@@ -37,7 +37,7 @@ class StagedAttention : public LayerAttention {
   int64_t initial_pages_;
   StepContext step_;
   std::unique_ptr<PagePool> stage_;
-  std::vector<int32_t> ids_;    // host staging: src ids | dst ids
+  std::vector<int32_t> ids_;    // host staging: the listed (source) page ids
   std::vector<int32_t> table_;  // host staging: indptr | indices | lens
   Tensor ids_dev_, table_dev_;
 };

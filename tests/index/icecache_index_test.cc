@@ -185,16 +185,19 @@ TEST(IceCacheIndexTest, SameInputsGiveTheSameLayoutAndSelection) {
   EXPECT_EQ(runs[0], runs[1]);
 }
 
+// The positions page `p` holds.
+std::vector<int32_t> PositionsOf(const KvSequence& seq, const PageRef& p) {
+  const KvPoolView v = seq.pool().view();
+  const int32_t* pos = v.positions + static_cast<int64_t>(p.id) * v.page_size;
+  return {pos, pos + p.len};
+}
+
 // Every list's pages as the positions they hold, in list order (page ids aside).
 std::vector<std::vector<int32_t>> Layout(const KvSequence& seq) {
   std::vector<std::vector<int32_t>> out;
-  const KvPoolView v = seq.pool().view();
   for (int l = 0; l < kLayers; ++l) {
     for (int h = 0; h < kKvHeads; ++h) {
-      for (const PageRef& p : seq.pages(l, h)) {
-        const int32_t* pos = v.positions + static_cast<int64_t>(p.id) * v.page_size;
-        out.emplace_back(pos, pos + p.len);
-      }
+      for (const PageRef& p : seq.pages(l, h)) out.push_back(PositionsOf(seq, p));
     }
   }
   return out;
@@ -222,12 +225,11 @@ TEST(IceCacheIndexTest, ListsMaintainedInParallelEqualOneByOne) {
       std::vector<std::vector<PageRef>> out(kKvHeads);
       SelectionStats stats;
       index.Select(h->seq(), step % kLayers, q.data(), out, &stats);
-      const KvPoolView v = h->seq().pool().view();
       for (const auto& o : out) {
         picked.emplace_back();
         for (const PageRef& p : o) {
-          const int32_t* pos = v.positions + static_cast<int64_t>(p.id) * v.page_size;
-          picked.back().insert(picked.back().end(), pos, pos + p.len);
+          const std::vector<int32_t> pos = PositionsOf(h->seq(), p);
+          picked.back().insert(picked.back().end(), pos.begin(), pos.end());
         }
       }
     }
