@@ -39,6 +39,17 @@ struct EngineOptions {
   // device memory (dense only: sparse policies need the host tier); "auto" is "on" when `kv`
   // is a sparse policy. No effect on the CPU, where all KV is in host memory.
   std::string kv_offload = "auto";
+  // Where a sparse policy selects on a GPU: "device" (kernels rank pages and fill the working
+  // set; no host round trip per layer; quest), "host" (the policy's index on the host, from a
+  // copy of each layer's queries), "auto" (device when the policy supports it, on a GPU). The
+  // CPU backend runs the same device path with its reference ops when asked for "device".
+  std::string kv_select = "auto";
+  // Wait for the device between select, fetch and attend of device-side selection so that
+  // KvStats splits each step's time (costs a few waits per layer; off, that time is "rest").
+  bool kv_timing = false;
+  // GPU: most bytes of device memory the engine may allocate (0: no cap), to emulate a smaller
+  // GPU honestly: what does not fit fails as it would there (--device-mem-limit).
+  int64_t device_mem_limit = 0;
   // When set ("llama-3.1-8b", "llama-3.2-3b", "qwen2.5-7b", ...): instead of `model`, a
   // random-weight model of that exact shape made in the device's memory, for speed
   // measurements. It has no tokenizer: requests must give prompt_tokens.
@@ -95,6 +106,10 @@ struct KvStats {
   bool kv_offloaded = false;      // the host tier is pinned host memory of a GPU engine
   int64_t working_set_bytes = 0;  // working-set slots reserved for this sequence
   int64_t index_bytes = 0;        // index metadata
+  // Selection ran in device memory (--kv-select): the bytes it keeps there for this sequence
+  // (page bounds, list mirrors, residency map, scratch).
+  bool device_select = false;
+  int64_t device_index_bytes = 0;
   // Attention-mass recall (KvConfig::recall): per (decode step, layer, query head) the exact
   // softmax mass on the attended tokens over the mass of every token; layers that attended a
   // selection (every layer for "full"). recall_samples == 0: not measured.
@@ -111,6 +126,7 @@ struct GenerateStats {
   int64_t kv_bytes = 0;  // KV held by this sequence at the end
   int64_t kv_bytes_per_token = 0;
   int64_t peak_rss_bytes = 0;
+  int64_t device_peak_bytes = 0;  // GPU: most device memory the engine's allocations held
   // "stop" (end-of-sequence token or stop string), "length" (max_tokens), "context" (context
   // limit reached), "cancelled" (the callback asked to stop).
   std::string finish_reason;

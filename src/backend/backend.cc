@@ -76,6 +76,45 @@ void Backend::CopyPages(const KvPoolView& src, const KvPoolView& dst, const Tens
   DoCopyPages(src, dst, src_ids, dst_ids);
 }
 
+void Backend::PageBounds(const PageBoundsArgs& args) {
+  ICECACHE_CHECK(args.ids.dtype() == DType::kI32 && args.lens.dtype() == DType::kI32);
+  ICECACHE_CHECK(args.ids.numel() == args.lens.numel());
+  ICECACHE_CHECK(args.bounds.dtype() == args.pool.dtype);
+  ICECACHE_CHECK(args.bounds.numel() == args.pool.num_pages * 2 * args.pool.head_dim);
+  DoPageBounds(args);
+}
+
+void Backend::SelectPages(const PageSelectArgs& args) {
+  const int64_t rows = args.list_ids.dim(0);
+  ICECACHE_CHECK(args.list_ids.ndim() == 2 && SameShape(args.list_ids, args.list_lens));
+  ICECACHE_CHECK(args.limits.numel() == rows * 5 && args.limits.dtype() == DType::kI32);
+  ICECACHE_CHECK(args.scores.numel() == args.list_ids.numel());
+  ICECACHE_CHECK(args.out_ids.ndim() == 2 && args.out_ids.dim(0) == rows);
+  ICECACHE_CHECK(SameShape(args.out_ids, args.out_lens) && args.out_count.numel() == rows);
+  ICECACHE_CHECK(rows > 0 && args.n_heads % rows == 0);
+  ICECACHE_CHECK(args.q.numel() % args.n_heads == 0);
+  ICECACHE_CHECK(args.bounds.ndim() == 3 && args.bounds.dim(1) == 2);
+  ICECACHE_CHECK(args.q.numel() == args.n_heads * args.bounds.dim(2));
+  DoSelectPages(args);
+}
+
+void Backend::MapPages(const PageMapArgs& args) {
+  const int64_t rows = args.sel_ids.dim(0), stride = args.sel_ids.dim(1);
+  ICECACHE_CHECK(args.sel_ids.ndim() == 2 && SameShape(args.sel_ids, args.sel_lens));
+  ICECACHE_CHECK(args.sel_count.numel() == rows);
+  ICECACHE_CHECK(args.host.page_size == args.slots.page_size);
+  ICECACHE_CHECK(args.host.head_dim == args.slots.head_dim && args.host.dtype == args.slots.dtype);
+  ICECACHE_CHECK(args.capacity > 0 && args.first_group >= 0);
+  ICECACHE_CHECK((args.first_group + rows) * args.capacity <= args.slots.num_pages);
+  ICECACHE_CHECK(args.resident.numel() == args.host.num_pages);
+  ICECACHE_CHECK(args.slot_page.numel() == args.slots.num_pages);
+  ICECACHE_CHECK(args.slot_len.numel() == args.slots.num_pages);
+  ICECACHE_CHECK(args.table.numel() >= rows + 1 + 2 * rows * stride);
+  ICECACHE_CHECK(args.fetch.numel() >= rows * (1 + 2 * int64_t{args.capacity}));
+  ICECACHE_CHECK(args.counters.dtype() == DType::kI32 && args.counters.numel() == 4);
+  DoMapPages(args);
+}
+
 void Backend::FillRandom(const Tensor& t, uint64_t seed, float scale, float offset) {
   ICECACHE_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16);
   DoFillRandom(t, seed, scale, offset);

@@ -56,6 +56,64 @@ struct SampleRowParams {
   uint64_t step = 0;  // draw counter: (seed, step) selects the random number of this row
 };
 
+// Arguments of Backend::PageBounds: the per-dimension minimum and maximum of each listed page's
+// keys (Quest's page bound), the summaries that device-side page selection ranks pages by.
+// Minimum and maximum of stored values are stored values, so the bounds are exact in the pool's
+// own element type.
+struct PageBoundsArgs {
+  KvPoolView pool;  // the pages' pool (the host tier; mapped host memory on a GPU)
+  Tensor ids;       // i32 [n]: pages to summarize
+  Tensor lens;      // i32 [n]: keys of each (its first lens[i] rows; at least 1)
+  Tensor bounds;    // [pool pages, 2, head_dim] of the pool's dtype: row `id` = min | max
+};
+
+// The most entries PageSelectArgs may take between the sink and the window of one row.
+constexpr int kMaxSelectPicks = 2048;
+
+// Arguments of Backend::SelectPages: one query token, rows = the KV heads of one layer. A row's
+// candidate entries [sink_end, window_begin) are ranked by the bound
+// max_g sum_j max(q_gj min_j, q_gj max_j) over the row's query heads (GQA group g), best first,
+// ties to the lower entry; the best min(pages_left, candidates) of them are walked in rank order
+// and each is taken if its tokens fit in what is left of tokens_left. The output row lists
+// entries [0, sink_end), the taken entries in rank order, then entries [window_begin, count): the
+// order of AssembleSelection over Quest's ranking.
+struct PageSelectArgs {
+  Tensor q;          // [n_heads * head_dim] of the activation dtype: the token's query heads
+  Tensor list_ids;   // i32 [rows, stride]: each row's candidate pages
+  Tensor list_lens;  // i32 [rows, stride]: their token counts
+  // i32 [rows, 5]: count, sink_end, window_begin, tokens_left, pages_left (<= kMaxSelectPicks).
+  Tensor limits;
+  Tensor bounds;     // PageBounds' output
+  Tensor scores;     // f32 [rows, stride]: scratch
+  Tensor out_ids;    // i32 [rows, out_stride]: selected pages
+  Tensor out_lens;   // i32 [rows, out_stride]
+  Tensor out_count;  // i32 [rows]
+  int n_heads = 0;   // query heads of all rows (the group is n_heads / rows)
+};
+
+// Arguments of Backend::MapPages: the working-set step of a device-side selection. Row r owns
+// the slot pages [g * capacity, (g + 1) * capacity) of `slots`, g = first_group + r. A selected
+// page that sits in one of the row's slots with the same token count is a hit; every other one
+// takes one of the row's slots that holds no selected page (lowest free slot first, in selection
+// order; its old page is evicted) and is copied there from `host`. Writes the attention's page
+// table over `slots`: rows in order, each in selection order.
+struct PageMapArgs {
+  Tensor sel_ids, sel_lens;  // i32 [rows, stride]: SelectPages' output
+  Tensor sel_count;          // i32 [rows]
+  KvPoolView host;           // the host tier
+  KvPoolView slots;          // the working-set pool
+  int first_group = 0;
+  int capacity = 0;  // slots per row; at least every row's count
+  Tensor resident;   // i32 [host pages]: the slot page holding the page, or -1
+  Tensor slot_page;  // i32 [slot pages]: the host page a slot holds, or -1
+  Tensor slot_len;   // i32 [slot pages]: that page's token count when it was copied
+  // i32 [rows + 1 + 2 * rows * stride]: indptr | indices (rows * stride) | lens (rows * stride).
+  Tensor table;
+  Tensor fetch;  // i32 [rows, 1 + 2 * capacity]: scratch (count, then source/slot pairs)
+  // i32 [4], 8-byte aligned: two int64 counters (hits, pages fetched) that the call adds to.
+  Tensor counters;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -90,6 +148,11 @@ class Backend {
   // Turns a host weight of any file dtype into the form MatMul/Embed read on this backend (the
   // CPU backend keeps supported quantized formats as they are, borrowing the storage).
   virtual Result<Tensor> PrepareWeight(const Tensor& host_weight) = 0;
+  // Device memory held by this backend's allocations (zero on the CPU, which has none).
+  struct DeviceMemory {
+    int64_t used = 0, peak = 0, limit = 0;  // limit 0: no cap
+  };
+  virtual DeviceMemory device_memory() const { return {}; }
   // Waits for queued work (no-op on the CPU).
   virtual void Synchronize() {}
 
@@ -129,6 +192,13 @@ class Backend {
   // memory. The working-set fetch and sequence forks use it.
   void CopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
                  const Tensor& dst_ids);
+  // Device-side page selection (PageBoundsArgs, PageSelectArgs, PageMapArgs): summaries of
+  // pages, the bound-ranked selection of one token's pages per KV head, and the working-set step
+  // that maps the selection to slots and copies what is missing. Everything stays in backend
+  // memory, so a GPU selects without waiting for the host.
+  void PageBounds(const PageBoundsArgs& args);
+  void SelectPages(const PageSelectArgs& args);
+  void MapPages(const PageMapArgs& args);
   // Fills `t` (f32 or bf16, backend memory) with offset + scale * u_i, u_i uniform in [-1, 1)
   // from a counter-based generator: element i depends only on (seed, i), so every backend
   // fills the same values (synthetic models).
@@ -154,6 +224,9 @@ class Backend {
   virtual void DoCopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
                            const Tensor& dst_ids) = 0;
   virtual void DoFillRandom(const Tensor& t, uint64_t seed, float scale, float offset) = 0;
+  virtual void DoPageBounds(const PageBoundsArgs& args) = 0;
+  virtual void DoSelectPages(const PageSelectArgs& args) = 0;
+  virtual void DoMapPages(const PageMapArgs& args) = 0;
   virtual void DoAddRmsNorm(const Tensor& a, const Tensor& inout, const Tensor& w, float eps,
                             const Tensor& out) {
     DoAdd(a, inout);
@@ -174,6 +247,10 @@ std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options);
 
 struct CudaBackendOptions {
   int device = 0;  // CUDA device ordinal
+  // Most bytes of device memory the backend's allocations (weights, KV, working sets, indexes,
+  // workspaces) may hold at once; 0: no cap. Emulates a smaller GPU: an allocation past it fails
+  // with ResourceExhausted as it would there (the CUDA context itself is not counted).
+  int64_t memory_limit = 0;
 };
 // The CUDA backend (bf16 weights and activations, f32 accumulation). Unsupported in builds
 // without CUDA or when no usable GPU is present (the message says which).

@@ -13,6 +13,9 @@ EngineOptions ModelOptions::ToEngineOptions() const {
   e.prefill_chunk = prefill_chunk;
   e.kv = kv;
   e.kv_offload = kv_offload;
+  e.kv_select = kv_select;
+  e.kv_timing = kv_timing;
+  e.device_mem_limit = device_mem_limit;
   e.synthetic = synthetic;
   return e;
 }
@@ -47,6 +50,10 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
   app.add_option("--device", o->device, "cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  app.add_option("--device-mem-limit", o->device_mem_limit,
+                 "GPU: cap the device memory the engine may allocate, e.g. 24G (emulates a "
+                 "smaller GPU; what does not fit fails as it would there)")
+      ->transform(CLI::AsSizeValue(false));
   app.add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("-c,--ctx-size", o->ctx_size,
@@ -93,6 +100,15 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
                  "device (auto: on for sparse policies; off: all KV in device memory, dense only)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
+  app.add_option("--kv-select", o->kv_select,
+                 "where a sparse policy selects: device (kernels, no host round trip per layer; "
+                 "quest), host (the policy's index on the host), auto (device where supported, "
+                 "on a GPU)")
+      ->check(CLI::IsMember({"auto", "device", "host"}))
+      ->capture_default_str();
+  app.add_flag("--kv-timing", o->kv_timing,
+               "split each step's time into select/fetch/attend for device-side selection "
+               "(waits for the device between phases)");
 }
 
 void AddSamplingOptions(CLI::App& app, SamplingOptions* o) {

@@ -18,7 +18,10 @@ struct ModelOptions {
   int prefill_chunk = 512;
   KvConfig kv;
   std::string kv_offload = "auto";
-  std::string synthetic;  // a random-weight model of this shape instead of --model
+  std::string kv_select = "auto";
+  bool kv_timing = false;
+  int64_t device_mem_limit = 0;  // bytes; 0: no cap
+  std::string synthetic;         // a random-weight model of this shape instead of --model
 
   EngineOptions ToEngineOptions() const;
 };

@@ -16,6 +16,7 @@ nlohmann::json StatsToJson(const GenerateStats& s) {
       {"kv_bytes", s.kv_bytes},
       {"kv_bytes_per_token", s.kv_bytes_per_token},
       {"peak_rss_bytes", s.peak_rss_bytes},
+      {"device_peak_bytes", s.device_peak_bytes},
       {"finish_reason", s.finish_reason},
       {"kv", KvStatsToJson(s.kv)},
   };
@@ -42,6 +43,8 @@ nlohmann::json KvStatsToJson(const KvStats& s) {
       {"kv_offloaded", s.kv_offloaded},
       {"working_set_bytes", s.working_set_bytes},
       {"index_bytes", s.index_bytes},
+      {"device_select", s.device_select},
+      {"device_index_bytes", s.device_index_bytes},
       {"recall_samples", s.recall_samples},
       {"recall_mean", s.recall_mean},
       {"recall_p10", s.recall_p10},
@@ -71,6 +74,17 @@ std::string KvStatsText(const KvStats& s) {
       HumanBytes(s.working_set_bytes), s.kv_offloaded ? " (device memory)" : "", ms(step),
       ms(s.select_seconds), pct(s.select_seconds), ms(s.fetch_seconds), pct(s.fetch_seconds),
       ms(s.attend_seconds), pct(s.attend_seconds), ms(s.other_seconds), pct(s.other_seconds));
+  if (s.device_select) {
+    const int64_t device = s.working_set_bytes + s.device_index_bytes;
+    text += fmt::format(
+        "\nselection        on the device: {} of bounds, lists and residency; device KV + index "
+        "{} = {:.2f}% of the full KV",
+        HumanBytes(s.device_index_bytes), HumanBytes(device),
+        s.host_kv_bytes > 0 ? 100.0 * static_cast<double>(device) / s.host_kv_bytes : 0.0);
+    if (s.select_seconds + s.fetch_seconds + s.attend_seconds == 0) {
+      text += "\n                 (select/fetch/attend not split: run with --kv-timing)";
+    }
+  }
   if (s.recall_samples > 0) {
     text += fmt::format(
         "\nrecall           attention mass on attended tokens: mean {:.4f}, p10 {:.3f}, min "
@@ -113,10 +127,12 @@ std::string HumanBytes(int64_t bytes) {
 std::string StatsLine(const GenerateStats& s) {
   return fmt::format(
       "prefill {} tokens ({} cached) at {:.1f} tok/s | decode {} tokens at {:.1f} tok/s | "
-      "KV {} ({} per token) | peak RSS {} | finish: {}",
+      "KV {} ({} per token) | peak RSS {}{} | finish: {}",
       s.prompt_tokens, s.cached_tokens, s.prefill_tokens_per_second, s.generated_tokens,
       s.decode_tokens_per_second, HumanBytes(s.kv_bytes), HumanBytes(s.kv_bytes_per_token),
-      HumanBytes(s.peak_rss_bytes), s.finish_reason);
+      HumanBytes(s.peak_rss_bytes),
+      s.device_peak_bytes > 0 ? " | peak device " + HumanBytes(s.device_peak_bytes) : "",
+      s.finish_reason);
 }
 
 }  // namespace icecache::cli

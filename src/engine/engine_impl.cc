@@ -30,13 +30,18 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
   ICECACHE_RETURN_IF_ERROR(options.kv.Validate());
   if (options.context_size < 0) return InvalidArgument("context size must be >= 0");
   if (options.threads < 0) return InvalidArgument("threads must be >= 0");
+  if (options.device_mem_limit < 0) return InvalidArgument("--device-mem-limit must be >= 0");
+  if (options.device_mem_limit > 0 && options.device != "cuda") {
+    return InvalidArgument("--device-mem-limit applies to --device cuda only");
+  }
 
   std::unique_ptr<EngineImpl> e(new EngineImpl());
   e->options_ = options;
   if (options.device == "cpu") {
     e->backend_ = MakeCpuBackend({.threads = options.threads});
   } else if (options.device == "cuda") {
-    ICECACHE_ASSIGN_OR_RETURN(e->backend_, MakeCudaBackend({}));
+    ICECACHE_ASSIGN_OR_RETURN(e->backend_,
+                              MakeCudaBackend({.memory_limit = options.device_mem_limit}));
   } else {
     return InvalidArgument("unknown device '" + options.device + "' (expected cpu or cuda)");
   }
@@ -77,6 +82,10 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
     return InvalidArgument("--kv-offload: expected auto, on or off, got '" + options.kv_offload +
                            "'");
   }
+  if (options.kv_select != "auto" && options.kv_select != "device" && options.kv_select != "host") {
+    return InvalidArgument("--kv-select: expected auto, device or host, got '" + options.kv_select +
+                           "'");
+  }
   const bool gpu = e->backend_->device() != Device::kCpu;
   const bool offload = gpu && (options.kv_offload == "on" ||
                                (options.kv_offload == "auto" && options.kv.policy != "full"));
@@ -106,6 +115,7 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
                                                 options.max_sequences, capacity));
 
   e->sparse_ = std::make_unique<SparseAttention>(e->backend_.get(), c);
+  e->sparse_->set_phase_timing(options.kv_timing);
   e->index_workers_ = std::make_unique<ThreadPool>(gpu ? 0 : options.threads);
   if (offload) {
     // One layer of the pool (what a dense step of every sequence may list), grown on demand.
@@ -218,7 +228,11 @@ Status EngineImpl::AfterForward(SequenceState& state, int64_t first,
   if (!state.index) return Status::Ok();
   // Indexes read and re-arrange the host tier on the host: wait for the device's KV writes.
   if (backend_->device() != Device::kCpu) backend_->Synchronize();
-  return state.index->OnAppend(state.seq, first, tokens);
+  ICECACHE_RETURN_IF_ERROR(state.index->OnAppend(state.seq, first, tokens));
+  // Device-side selection summarizes the pages that became selectable now, so that a prompt's
+  // page bounds are made during prefill (part of time to first token), not at the first step.
+  if (state.device_select) return state.device_select->Prepare(state.seq, false);
+  return Status::Ok();
 }
 
 Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
@@ -378,6 +392,7 @@ Result<std::vector<GenerateResult>> EngineImpl::RunBatch(std::span<SequenceState
       st.decode_tokens_per_second = static_cast<double>(g.forwards) / decode_seconds;
     }
     st.peak_rss_bytes = peak;
+    st.device_peak_bytes = backend_->device_memory().peak;
     st.kv = g.state()->Stats(info_.n_layers, info_.n_kv_heads);
     results.push_back(std::move(g.result()));
   }
@@ -479,8 +494,32 @@ Result<std::unique_ptr<SequenceState>> EngineImpl::NewState(const KvConfig* kv) 
         state->working_set,
         WorkingSet::Create(*backend_, pool_->layout(), info_.n_layers * info_.n_kv_heads, capacity,
                            scratch));
+    ICECACHE_RETURN_IF_ERROR(StartDeviceSelection(*state));
   }
   return state;
+}
+
+Status EngineImpl::StartDeviceSelection(SequenceState& state) {
+  const std::string& where = options_.kv_select;
+  const bool supported = DeviceSelection::Supports(state.kv) && !state.kv.recall;
+  if (where == "host" || (where == "auto" && (backend_->device() == Device::kCpu || !supported))) {
+    return Status::Ok();
+  }
+  if (!supported) {
+    return Unsupported("--kv-select device: policy '" + state.kv.policy + "' selects on the host" +
+                       (state.kv.recall ? " (and --kv-recall measures there)" : "") +
+                       "; device selection serves quest");
+  }
+  if (page_bounds_.empty()) {
+    const KvLayout& l = pool_->layout();
+    ICECACHE_ASSIGN_OR_RETURN(page_bounds_,
+                              backend_->Allocate(l.dtype, {pool_->capacity(), 2, l.head_dim}));
+  }
+  ICECACHE_ASSIGN_OR_RETURN(
+      state.device_select,
+      DeviceSelection::Create(*backend_, state.kv, pool_->layout(), info_.n_layers, info_.n_heads,
+                              *pool_, page_bounds_, *state.working_set));
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<SequenceState>> EngineImpl::ForkState(const SequenceState& state,

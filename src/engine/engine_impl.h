@@ -48,6 +48,8 @@ class EngineImpl : public Engine {
   // A fresh sequence under `kv` (the engine's policy when null). Fails if `kv` is invalid or
   // asks for a page size or dtype other than the pool's.
   Result<std::unique_ptr<SequenceState>> NewState(const KvConfig* kv);
+  // Gives `state` a DeviceSelection when --kv-select asks for one (or allows it, on a GPU).
+  Status StartDeviceSelection(SequenceState& state);
   // A copy of `state` (pages and history) under policy `kv`.
   Result<std::unique_ptr<SequenceState>> ForkState(const SequenceState& state, const KvConfig& kv);
 
@@ -80,6 +82,9 @@ class EngineImpl : public Engine {
   // Dense attention when the KV is offloaded (null otherwise: the transformer's own).
   std::unique_ptr<StagedAttention> staged_;
   // Host threads the sequences' indexes maintain their lists with (one index at a time).
+  // Page bounds of device-side selection, for the whole pool (allocated with the first
+  // sequence that selects on the device).
+  Tensor page_bounds_;
   std::unique_ptr<ThreadPool> index_workers_;
   ModelInfo info_;
 };

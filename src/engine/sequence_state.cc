@@ -2,6 +2,19 @@
 
 namespace icecache {
 
+void SequenceState::ResetAccounting() {
+  acct = KvAccounting();
+  acct.ws_start = WorkingSetNow();
+}
+
+WorkingSetCounters SequenceState::WorkingSetNow() const {
+  if (device_select) {
+    auto c = device_select->Counters(seq.layout());
+    return c.ok() ? *c : WorkingSetCounters();
+  }
+  return working_set ? working_set->counters() : WorkingSetCounters();
+}
+
 KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
   KvStats s;
   s.policy = kv.Describe();
@@ -12,6 +25,12 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
   s.kv_offloaded = seq.pool().offloaded();
   s.working_set_bytes = working_set ? working_set->bytes() : 0;
   s.index_bytes = index ? index->MemoryBytes() : 0;
+  s.device_select = device_select != nullptr;
+  // Its lists, residency and scratch, and the bounds of its pages (kept for the whole pool).
+  s.device_index_bytes =
+      device_select ? device_select->device_bytes() +
+                          seq.num_pages() * 2 * RowBytes(seq.layout().dtype, seq.layout().head_dim)
+                    : 0;
   s.recall_samples = acct.recall.samples();
   s.recall_mean = acct.recall.Mean();
   s.recall_p10 = acct.recall.Percentile(0.1);
@@ -30,7 +49,7 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
   }
   s.context_tokens = acct.context / steps;
   if (working_set) {
-    const WorkingSetCounters& now = working_set->counters();
+    const WorkingSetCounters now = WorkingSetNow();
     const WorkingSetCounters& a = acct.ws_start;
     s.pages_fetched = static_cast<double>(now.pages_fetched - a.pages_fetched) / steps;
     s.bytes_fetched = static_cast<double>(now.bytes_fetched - a.bytes_fetched) / steps;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/attention_recall.h"
+#include "engine/device_selection.h"
 #include "icecache/engine.h"
 #include "index/policy.h"
 #include "kv/kv_sequence.h"
@@ -36,14 +37,16 @@ struct SequenceState {
   KvConfig kv;
   std::unique_ptr<SequenceIndex> index;  // null for the full policy
   std::unique_ptr<WorkingSet> working_set;
+  // Set when the policy selects in backend memory (quest on a GPU, --kv-select): the working
+  // set's residency then lives there too.
+  std::unique_ptr<DeviceSelection> device_select;
   KvAccounting acct;
 
   bool sparse() const { return index != nullptr; }
   // Starts a new accounting period (one request).
-  void ResetAccounting() {
-    acct = KvAccounting();
-    if (working_set) acct.ws_start = working_set->counters();
-  }
+  void ResetAccounting();
+  // The working set's counters (the device's when it selects there).
+  WorkingSetCounters WorkingSetNow() const;
   // Per-step averages of the current period.
   KvStats Stats(int n_layers, int n_kv_heads) const;
 };

@@ -24,6 +24,9 @@ Status SparseAttention::Prepare(const StepContext& step) {
           "(--kv-offload on)");
     }
   }
+  for (SequenceState* st : states_) {
+    if (st->device_select) ICECACHE_RETURN_IF_ERROR(st->device_select->Prepare(st->seq, true));
+  }
   positions_ = step.positions;
   if (row_base_.empty()) {
     ICECACHE_ASSIGN_OR_RETURN(row_base_, backend_->Allocate(DType::kI32, {1}));
@@ -45,7 +48,9 @@ Status SparseAttention::Prepare(const StepContext& step) {
 
 bool SparseAttention::NeedsHostQueries(int layer) const {
   for (const SequenceState* st : states_) {
-    if (st->kv.recall || (st->sparse() && layer >= st->kv.dense_layers)) return true;
+    if (st->kv.recall || (st->sparse() && !st->device_select && layer >= st->kv.dense_layers)) {
+      return true;
+    }
   }
   return false;
 }
@@ -87,7 +92,6 @@ Status SparseAttention::AttendOne(const Tensor& q, const Tensor& out, int64_t to
   for (int h = 0; h < heads; ++h) {
     for (const PageRef& p : lists[h]) table_.push_back(p.len);
   }
-  AttentionArgs a;
   const int32_t* table = table_.data();
   if (backend_->device() != Device::kCpu) {
     const int64_t need = static_cast<int64_t>(table_.size());
@@ -99,20 +103,58 @@ Status SparseAttention::AttendOne(const Tensor& q, const Tensor& out, int64_t to
     ICECACHE_RETURN_IF_ERROR(backend_->Copy(src, table_dev_.Slice(0, need)));
     table = table_dev_.data_as<const int32_t>();
   }
+  PageTableView view;
+  view.indptr = table;
+  view.indices = table + heads + 1;
+  view.lens = table + heads + 1 + total;
+  view.num_rows = heads;
+  AttendTable(q, out, token, view, pool);
+  return Status::Ok();
+}
+
+void SparseAttention::AttendTable(const Tensor& q, const Tensor& out, int64_t token,
+                                  const PageTableView& table, const KvPoolView& pool) {
+  AttentionArgs a;
   a.q = q.Slice(token, token + 1);
   a.out = out.Slice(token, token + 1);
   a.positions = positions_.Slice(token, token + 1);
   a.row_base = row_base_;
-  a.table.indptr = table;
-  a.table.indices = table + heads + 1;
-  a.table.lens = table + heads + 1 + total;
-  a.table.num_rows = heads;
+  a.table = table;
   a.pool = pool;
   a.n_heads = config_.n_heads;
-  a.n_kv_heads = heads;
+  a.n_kv_heads = config_.n_kv_heads;
   a.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));  // as AttentionRecall
   a.causal = true;
   backend_->Attention(a);
+}
+
+Status SparseAttention::AttendDeviceSelected(int layer, const Tensor& q, const Tensor& out,
+                                             int64_t token, SequenceState& st) {
+  KvAccounting& acct = st.acct;
+  DeviceSelection& sel = *st.device_select;
+  const bool timed = phase_timing_ && backend_->device() != Device::kCpu;
+  const int64_t width = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
+  if (timed) backend_->Synchronize();
+  const double t0 = NowSeconds();
+  sel.Select(layer, q.Slice(token, token + 1).Reshape({width}));
+  if (timed) backend_->Synchronize();
+  const double t1 = NowSeconds();
+  PageTableView table;
+  sel.Map(layer, *st.working_set, &table);
+  if (timed) backend_->Synchronize();
+  const double t2 = NowSeconds();
+  AttendTable(q, out, token, table, st.working_set->view());
+  if (timed) backend_->Synchronize();
+  const double t3 = NowSeconds();
+  // Without waits the phases only queue work: their time is left to "rest".
+  if (timed || backend_->device() == Device::kCpu) {
+    acct.select_s += t1 - t0;
+    acct.fetch_s += t2 - t1;
+    acct.attend_s += t3 - t2;
+  }
+  acct.tokens_sparse += static_cast<double>(sel.planned_tokens(layer));
+  acct.nodes += sel.planned_nodes(layer);
+  ++acct.sparse_layer_steps;
   return Status::Ok();
 }
 
@@ -157,6 +199,10 @@ Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
       ICECACHE_RETURN_IF_ERROR(AttendOne(q, out, t, selected_, st.seq.pool().view()));
       if (gpu) backend_->Synchronize();
       acct.attend_s += NowSeconds() - t0;
+      continue;
+    }
+    if (st.device_select) {
+      ICECACHE_RETURN_IF_ERROR(AttendDeviceSelected(layer, q, out, t, st));
       continue;
     }
     // select

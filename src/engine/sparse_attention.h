@@ -6,11 +6,15 @@
 // KvConfig::recall it also measures the attention-mass recall of what each step attends (every
 // layer of a "full" sequence, the selecting layers of a policy's).
 //
-// On a GPU the host tier is pinned host memory (--kv-offload) and the working set is device
-// memory: the policies select on the host from a copy of the layer's queries (one device-to-host
-// copy and wait per layer), the working set's Flush gathers the missing pages into device slots
-// (a kernel reading the mapped host tier), and the page table is copied to the device before
-// the multi-segment decode kernel runs. Dense layers and "full" sequences read the host tier
+// A sequence with a DeviceSelection (--kv-select device; quest) selects in backend memory
+// instead: its pages are ranked and mapped into the working set by backend ops and the page
+// table never leaves the device, so the layer's queries stay there too.
+//
+// Otherwise, on a GPU the host tier is pinned host memory (--kv-offload) and the working set is
+// device memory: the policies select on the host from a copy of the layer's queries (one
+// device-to-host copy and wait per layer), the working set's Flush gathers the missing pages into
+// device slots (a kernel reading the mapped host tier), and the page table is copied to the device
+// before the multi-segment decode kernel runs. Dense layers and "full" sequences read the host tier
 // directly through the mapping.
 #pragma once
 
@@ -32,6 +36,9 @@ class SparseAttention : public LayerAttention {
   // The sequences of the next forward pass, in batch order (one decode token each).
   void SetBatch(std::span<SequenceState* const> states) { states_ = states; }
 
+  // Device-side selection waits for the device between its phases to time them (KvStats).
+  void set_phase_timing(bool on) { phase_timing_ = on; }
+
   Status Prepare(const StepContext& step) override;
   Status Attend(int layer, const Tensor& q, const Tensor& out) override;
 
@@ -40,6 +47,12 @@ class SparseAttention : public LayerAttention {
   // head) in `pool`.
   Status AttendOne(const Tensor& q, const Tensor& out, int64_t token,
                    const std::vector<std::vector<PageRef>>& lists, const KvPoolView& pool);
+  // Attention of one sequence's token over `table` (backend memory) in `pool`.
+  void AttendTable(const Tensor& q, const Tensor& out, int64_t token, const PageTableView& table,
+                   const KvPoolView& pool);
+  // A sequence whose selection runs in backend memory (DeviceSelection): no host round trip.
+  Status AttendDeviceSelected(int layer, const Tensor& q, const Tensor& out, int64_t token,
+                              SequenceState& st);
   // The layer's queries as host f32 [n_tokens][n_heads * head_dim] (a view of `q` on the CPU; a
   // converted copy on other backends).
   Result<const float*> HostQueries(const Tensor& q);
@@ -56,6 +69,7 @@ class SparseAttention : public LayerAttention {
   Tensor table_dev_, q_host_, row_base_;
   std::vector<float> q_f32_;
   AttentionRecall recall_;
+  bool phase_timing_ = false;
 };
 
 }  // namespace icecache

@@ -109,7 +109,8 @@ TEST_F(CudaOffload, SmolLM2CoveringBudgetsAreExact) {
 TEST_F(CudaOffload, SmallBudgetsAttendTheBudgetAndAgreeWithTheCpu) {
   const std::string model = testing::DefaultModelPath();
   if (model.empty()) GTEST_SKIP() << "default model not present (.cache/models); skipping";
-  const EngineOptions base{.model = model, .context_size = 1024, .prefill_chunk = 256};
+  EngineOptions base{.model = model, .context_size = 1024, .prefill_chunk = 256};
+  base.kv_timing = true;  // split device-side selection's time too
   auto gpu = MakeEngine(base, "cuda", "on");
   auto cpu = MakeEngine(base, "cpu", "auto");
   ASSERT_TRUE(gpu && cpu);

@@ -131,6 +131,10 @@ void CpuBackend::DoFillRandom(const Tensor& t, uint64_t seed, float scale, float
   FillRandomCpu(context(), t, seed, scale, offset);
 }
 
+void CpuBackend::DoPageBounds(const PageBoundsArgs& args) { PageBoundsCpu(args); }
+void CpuBackend::DoSelectPages(const PageSelectArgs& args) { SelectPagesCpu(args); }
+void CpuBackend::DoMapPages(const PageMapArgs& args) { MapPagesCpu(args); }
+
 }  // namespace cpu
 
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options) {

@@ -73,6 +73,12 @@ void CopyPagesCpu(const CpuContext& ctx, const KvPoolView& src, const KvPoolView
 void FillRandomCpu(const CpuContext& ctx, const Tensor& t, uint64_t seed, float scale,
                    float offset);
 
+// Device-side selection ops (page_select_cpu.cc): the reference the CUDA kernels are tested
+// against, serial per row.
+void PageBoundsCpu(const PageBoundsArgs& args);
+void SelectPagesCpu(const PageSelectArgs& args);
+void MapPagesCpu(const PageMapArgs& args);
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& options);
@@ -97,6 +103,9 @@ class CpuBackend final : public Backend {
   void DoCopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
                    const Tensor& dst_ids) override;
   void DoFillRandom(const Tensor& t, uint64_t seed, float scale, float offset) override;
+  void DoPageBounds(const PageBoundsArgs& args) override;
+  void DoSelectPages(const PageSelectArgs& args) override;
+  void DoMapPages(const PageMapArgs& args) override;
 
  private:
   CpuContext context() { return {&pool_, &workspace_}; }

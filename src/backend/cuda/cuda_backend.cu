@@ -86,6 +86,8 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
                            std::to_string(count) + " present)");
   }
   device_ = options.device;
+  if (options.memory_limit < 0) return InvalidArgument("device memory limit must be >= 0");
+  memory_limit_ = options.memory_limit;
   if ((e = cudaSetDevice(device_)) != cudaSuccess) {
     return Unsupported("device 'cuda': cannot use GPU " + std::to_string(device_) + ": " + Err(e));
   }
@@ -146,10 +148,17 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
 }
 
 std::string CudaBackend::Describe() const {
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), "cuda (%s, %d SMs, %.1f GiB, bf16)", name_.c_str(), num_sms_,
-                static_cast<double>(total_memory_) / (1024.0 * 1024.0 * 1024.0));
-  return buf;
+  char buf[200];
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  std::snprintf(buf, sizeof(buf), "cuda (%s, %d SMs, %.1f GiB, bf16", name_.c_str(), num_sms_,
+                static_cast<double>(total_memory_) / gib);
+  std::string text = buf;
+  if (memory_limit_ > 0) {
+    std::snprintf(buf, sizeof(buf), ", capped at %.1f GiB",
+                  static_cast<double>(memory_limit_) / gib);
+    text += buf;
+  }
+  return text + ")";
 }
 
 Result<Tensor> CudaBackend::Allocate(DType dtype, std::span<const int64_t> shape) {
@@ -158,6 +167,12 @@ Result<Tensor> CudaBackend::Allocate(DType dtype, std::span<const int64_t> shape
   if (!ok) return Tensor::Host(dtype, shape);  // reports the shape error
   void* p = nullptr;
   const size_t want = static_cast<size_t>(std::max<int64_t>(bytes, 256));
+  const int64_t held = memory_->used.load();
+  if (memory_limit_ > 0 && held + static_cast<int64_t>(want) > memory_limit_) {
+    return ResourceExhausted("cannot allocate " + std::to_string(bytes) + " bytes on " + name_ +
+                             ": --device-mem-limit " + std::to_string(memory_limit_ >> 20) +
+                             " MiB reached (" + std::to_string(held >> 20) + " MiB in use)");
+  }
   const cudaError_t e = cudaMalloc(&p, want);
   if (e != cudaSuccess) {
     cudaGetLastError();  // clear the sticky-free error state of a failed allocation
@@ -168,8 +183,20 @@ Result<Tensor> CudaBackend::Allocate(DType dtype, std::span<const int64_t> shape
                              std::to_string(total_b >> 20) + " MiB): " + Err(e));
   }
   CheckCuda(cudaMemsetAsync(p, 0, want, compute_.get()), "cudaMemsetAsync");
-  std::shared_ptr<void> owner(p, [](void* q) { cudaFree(q); });
+  const int64_t now =
+      memory_->used.fetch_add(static_cast<int64_t>(want)) + static_cast<int64_t>(want);
+  int64_t peak = memory_->peak.load();
+  while (now > peak && !memory_->peak.compare_exchange_weak(peak, now)) {
+  }
+  std::shared_ptr<void> owner(p, [count = memory_, want](void* q) {
+    cudaFree(q);
+    count->used.fetch_sub(static_cast<int64_t>(want));
+  });
   return Tensor(p, dtype, shape, Device::kCuda, std::move(owner));
+}
+
+Backend::DeviceMemory CudaBackend::device_memory() const {
+  return {memory_->used.load(), memory_->peak.load(), memory_limit_};
 }
 
 Result<Tensor> CudaBackend::AllocateStaging(DType dtype, std::span<const int64_t> shape) {

@@ -13,6 +13,7 @@
 // This header includes no CUDA headers: handles are forward-declared driver types.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -65,6 +66,7 @@ class CudaBackend final : public Backend {
   DType default_kv_dtype() const override { return DType::kBF16; }
   Result<Tensor> PrepareWeight(const Tensor& host_weight) override;
   void Synchronize() override;
+  DeviceMemory device_memory() const override;
   Status RunGraph(uint64_t key, const std::function<Status()>& body) override;
   Status SampleTokens(const Tensor& logits, std::span<const SampleRowParams> params,
                       std::span<int32_t> out) override;
@@ -87,6 +89,9 @@ class CudaBackend final : public Backend {
   void DoCopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
                    const Tensor& dst_ids) override;
   void DoFillRandom(const Tensor& t, uint64_t seed, float scale, float offset) override;
+  void DoPageBounds(const PageBoundsArgs& args) override;
+  void DoSelectPages(const PageSelectArgs& args) override;
+  void DoMapPages(const PageMapArgs& args) override;
   void DoAddRmsNorm(const Tensor& a, const Tensor& inout, const Tensor& w, float eps,
                     const Tensor& out) override;
   void DoRopeWriteKv(const Tensor& inv_freq, const Tensor& q, const KvWriteArgs& args) override;
@@ -105,6 +110,13 @@ class CudaBackend final : public Backend {
   std::string name_;
   int num_sms_ = 0;
   int64_t total_memory_ = 0;
+  // Bytes held by live allocations (shared with their deleters, which may outlive the backend)
+  // and the most ever held; memory_limit_ caps them (0: no cap).
+  struct MemoryCount {
+    std::atomic<int64_t> used{0}, peak{0};
+  };
+  std::shared_ptr<MemoryCount> memory_ = std::make_shared<MemoryCount>();
+  int64_t memory_limit_ = 0;
   StreamPtr compute_, copy_;
   EventPtr compute_done_, copy_done_;
   std::unique_ptr<GemmRunner> gemm_;

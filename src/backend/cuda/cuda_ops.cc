@@ -201,4 +201,76 @@ void CudaBackend::DoFillRandom(const Tensor& t, uint64_t seed, float scale, floa
             "FillRandom");
 }
 
+void CudaBackend::DoPageBounds(const PageBoundsArgs& args) {
+  OnDevice(args.ids);
+  OnDevice(args.lens);
+  OnDevice(args.bounds);
+  ICECACHE_CHECK_MSG(args.pool.dtype == DType::kBF16, "CUDA PageBounds: the KV pool must be bf16");
+  CheckCuda(kernels::LaunchPageBounds(
+                stream(), args.pool.k, args.pool.num_pages, args.pool.page_size, args.pool.head_dim,
+                args.ids.data_as<const int32_t>(), args.lens.data_as<const int32_t>(),
+                args.ids.numel(), args.bounds.data()),
+            "PageBounds");
+}
+
+void CudaBackend::DoSelectPages(const PageSelectArgs& args) {
+  for (const Tensor* t : {&args.q, &args.list_ids, &args.list_lens, &args.limits, &args.bounds,
+                          &args.scores, &args.out_ids, &args.out_lens, &args.out_count}) {
+    OnDevice(*t);
+  }
+  ICECACHE_CHECK_MSG(args.q.dtype() == DType::kBF16 && args.bounds.dtype() == DType::kBF16,
+                     "CUDA SelectPages: queries and bounds must be bf16");
+  kernels::PageSelectParams p;
+  p.q = args.q.data();
+  p.list_ids = args.list_ids.data_as<const int32_t>();
+  p.list_lens = args.list_lens.data_as<const int32_t>();
+  p.stride = static_cast<int>(args.list_ids.dim(1));
+  p.limits = args.limits.data_as<const int32_t>();
+  p.bounds = args.bounds.data();
+  p.bound_pages = args.bounds.dim(0);
+  p.scores = args.scores.data_as<float>();
+  p.out_ids = args.out_ids.data_as<int32_t>();
+  p.out_lens = args.out_lens.data_as<int32_t>();
+  p.out_count = args.out_count.data_as<int32_t>();
+  p.out_stride = static_cast<int>(args.out_ids.dim(1));
+  p.rows = static_cast<int>(args.list_ids.dim(0));
+  p.group = args.n_heads / p.rows;
+  p.head_dim = static_cast<int>(args.bounds.dim(2));
+  CheckCuda(kernels::LaunchSelectPages(stream(), p), "SelectPages");
+}
+
+void CudaBackend::DoMapPages(const PageMapArgs& args) {
+  for (const Tensor* t :
+       {&args.sel_ids, &args.sel_lens, &args.sel_count, &args.resident, &args.slot_page,
+        &args.slot_len, &args.table, &args.fetch, &args.counters}) {
+    OnDevice(*t);
+  }
+  ICECACHE_CHECK_MSG(args.host.dtype == DType::kBF16, "CUDA MapPages: the KV pools must be bf16");
+  kernels::PageMapParams p;
+  p.sel_ids = args.sel_ids.data_as<const int32_t>();
+  p.sel_lens = args.sel_lens.data_as<const int32_t>();
+  p.sel_count = args.sel_count.data_as<const int32_t>();
+  p.stride = static_cast<int>(args.sel_ids.dim(1));
+  p.rows = static_cast<int>(args.sel_ids.dim(0));
+  p.first_group = args.first_group;
+  p.capacity = args.capacity;
+  p.host_k = args.host.k;
+  p.host_v = args.host.v;
+  p.host_pos = args.host.positions;
+  p.host_pages = args.host.num_pages;
+  p.slot_k = args.slots.k;
+  p.slot_v = args.slots.v;
+  p.slot_pos = args.slots.positions;
+  p.slot_pages = args.slots.num_pages;
+  p.page_size = args.host.page_size;
+  p.head_dim = args.host.head_dim;
+  p.resident = args.resident.data_as<int32_t>();
+  p.slot_page = args.slot_page.data_as<int32_t>();
+  p.slot_len = args.slot_len.data_as<int32_t>();
+  p.table = args.table.data_as<int32_t>();
+  p.fetch = args.fetch.data_as<int32_t>();
+  p.counters = reinterpret_cast<unsigned long long*>(args.counters.data());
+  CheckCuda(kernels::LaunchMapPages(stream(), p), "MapPages");
+}
+
 }  // namespace icecache::cuda

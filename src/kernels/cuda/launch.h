@@ -61,6 +61,60 @@ int LaunchCopyPages(Stream s, const void* src_k, const void* src_v, const int32_
                     int64_t dst_pages, const int32_t* src_ids, const int32_t* dst_ids, int64_t n,
                     int64_t page_size, int64_t head_dim);
 
+// ---- device-side page selection (page_select.cu) ------------------------------------------
+// The kernels behind Backend::PageBounds, SelectPages and MapPages (backend.h states what they
+// compute); bf16 pools and queries. Row counts and limits are read on the device, so launches
+// depend on shapes only.
+
+int LaunchPageBounds(Stream s, const void* pool_k, int64_t pool_pages, int page_size, int head_dim,
+                     const int32_t* ids, const int32_t* lens, int64_t n, void* bounds);
+
+struct PageSelectParams {
+  const void* q = nullptr;  // bf16 [rows * group, head_dim]
+  const int32_t* list_ids = nullptr;
+  const int32_t* list_lens = nullptr;
+  int stride = 0;
+  const int32_t* limits = nullptr;  // [rows, 5]
+  const void* bounds = nullptr;     // bf16 [pages, 2, head_dim]
+  int64_t bound_pages = 0;
+  float* scores = nullptr;  // [rows, stride]
+  int32_t* out_ids = nullptr;
+  int32_t* out_lens = nullptr;
+  int32_t* out_count = nullptr;
+  int out_stride = 0;
+  int rows = 0;
+  int group = 0;
+  int head_dim = 0;
+};
+int LaunchSelectPages(Stream s, const PageSelectParams& p);
+
+struct PageMapParams {
+  const int32_t* sel_ids = nullptr;
+  const int32_t* sel_lens = nullptr;
+  const int32_t* sel_count = nullptr;
+  int stride = 0;
+  int rows = 0;
+  int first_group = 0;
+  int capacity = 0;
+  const void* host_k = nullptr;  // bf16 pools
+  const void* host_v = nullptr;
+  const int32_t* host_pos = nullptr;
+  int64_t host_pages = 0;
+  void* slot_k = nullptr;
+  void* slot_v = nullptr;
+  int32_t* slot_pos = nullptr;
+  int64_t slot_pages = 0;
+  int page_size = 0;
+  int head_dim = 0;
+  int32_t* resident = nullptr;
+  int32_t* slot_page = nullptr;
+  int32_t* slot_len = nullptr;
+  int32_t* table = nullptr;                // indptr | indices | lens
+  int32_t* fetch = nullptr;                // [rows, 1 + 2 * capacity]
+  unsigned long long* counters = nullptr;  // hits, pages fetched
+};
+int LaunchMapPages(Stream s, const PageMapParams& p);
+
 // ---- small-batch GEMV (gemv.cu) ---------------------------------------------------------
 
 // y[n, m] = x[n, k] w[m, k]^T (+ bias[m]) for bf16 x and w, n <= kGemvMaxRows, k % 8 == 0 and

@@ -1,0 +1,210 @@
+// The device-side selection ops on the CPU: the reference for the CUDA kernels (same ranking,
+// walk, slot assignment and table layout), row by row on the calling thread.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/check.h"
+#include "core/half.h"
+
+namespace icecache::cpu {
+
+namespace {
+
+float LoadElem(const void* base, DType t, int64_t i) {
+  switch (t) {
+    case DType::kF32:
+      return static_cast<const float*>(base)[i];
+    case DType::kBF16:
+      return Bf16ToF32(static_cast<const uint16_t*>(base)[i]);
+    case DType::kF16:
+      return F16ToF32(static_cast<const uint16_t*>(base)[i]);
+    default:
+      ICECACHE_CHECK_MSG(false, "page selection: unsupported element type");
+      return 0;
+  }
+}
+
+int64_t ElemBytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+struct Limits {
+  int count, sink_end, window_begin, tokens_left, pages_left;
+};
+
+// The same clamping as the kernel.
+Limits RowLimits(const int32_t* l, int stride) {
+  Limits r{std::min(l[0], stride), std::max(0, l[1]), l[2], l[3], l[4]};
+  r.window_begin = std::max(r.sink_end, std::min(r.window_begin, r.count));
+  r.sink_end = std::min(r.sink_end, r.window_begin);
+  return r;
+}
+
+}  // namespace
+
+void PageBoundsCpu(const PageBoundsArgs& a) {
+  const int64_t d = a.pool.head_dim, n = a.ids.numel();
+  const int32_t* ids = a.ids.data_as<const int32_t>();
+  const int32_t* lens = a.lens.data_as<const int32_t>();
+  const int64_t eb = ElemBytes(a.pool.dtype);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = ids[i];
+    ICECACHE_CHECK(id >= 0 && id < a.pool.num_pages && lens[i] >= 1);
+    const int64_t keys = std::min<int64_t>(lens[i], a.pool.page_size);
+    const int64_t page = static_cast<int64_t>(id) * a.pool.page_size * d;
+    char* out = static_cast<char*>(a.bounds.data()) + static_cast<int64_t>(id) * 2 * d * eb;
+    for (int64_t j = 0; j < d; ++j) {
+      // Copy the stored bytes of the extreme values: bounds are stored values, exactly.
+      int64_t lo = page + j, hi = page + j;
+      for (int64_t t = 1; t < keys; ++t) {
+        const int64_t e = page + t * d + j;
+        const float v = LoadElem(a.pool.k, a.pool.dtype, e);
+        if (v < LoadElem(a.pool.k, a.pool.dtype, lo)) lo = e;
+        if (v > LoadElem(a.pool.k, a.pool.dtype, hi)) hi = e;
+      }
+      const char* src = static_cast<const char*>(a.pool.k);
+      std::memcpy(out + j * eb, src + lo * eb, eb);
+      std::memcpy(out + (d + j) * eb, src + hi * eb, eb);
+    }
+  }
+}
+
+void SelectPagesCpu(const PageSelectArgs& a) {
+  const int rows = static_cast<int>(a.list_ids.dim(0));
+  const int stride = static_cast<int>(a.list_ids.dim(1));
+  const int out_stride = static_cast<int>(a.out_ids.dim(1));
+  const int d = static_cast<int>(a.bounds.dim(2));
+  const int group = a.n_heads / rows;
+  const int64_t bound_pages = a.bounds.dim(0);
+  const int32_t* list_ids = a.list_ids.data_as<const int32_t>();
+  const int32_t* list_lens = a.list_lens.data_as<const int32_t>();
+  std::vector<float> q(static_cast<size_t>(a.q.numel()));
+  for (int64_t i = 0; i < a.q.numel(); ++i) q[i] = LoadElem(a.q.data(), a.q.dtype(), i);
+  std::vector<int32_t> order, taken;
+  for (int r = 0; r < rows; ++r) {
+    const Limits lim = RowLimits(a.limits.data_as<const int32_t>() + r * 5, stride);
+    const int64_t base = static_cast<int64_t>(r) * stride;
+    float* scores = a.scores.data_as<float>() + base;
+    for (int e = lim.sink_end; e < lim.window_begin; ++e) {
+      const int32_t id = list_ids[base + e];
+      float best = -std::numeric_limits<float>::infinity();
+      if (id >= 0 && id < bound_pages) {
+        const int64_t b = static_cast<int64_t>(id) * 2 * d;
+        for (int g = 0; g < group; ++g) {
+          const float* qg = q.data() + static_cast<int64_t>(r * group + g) * d;
+          float s = 0;
+          for (int j = 0; j < d; ++j) {
+            const float lo = LoadElem(a.bounds.data(), a.bounds.dtype(), b + j);
+            const float hi = LoadElem(a.bounds.data(), a.bounds.dtype(), b + d + j);
+            s += std::max(qg[j] * lo, qg[j] * hi);
+          }
+          best = std::max(best, s);
+        }
+      }
+      scores[e] = best;
+    }
+    // The best `want` by (score descending, entry ascending), walked greedily.
+    const int n_cand = lim.window_begin - lim.sink_end;
+    const int want =
+        std::max(0, std::min({lim.pages_left, n_cand, static_cast<int>(kMaxSelectPicks)}));
+    order.resize(n_cand);
+    for (int i = 0; i < n_cand; ++i) order[i] = lim.sink_end + i;
+    std::partial_sort(order.begin(), order.begin() + want, order.end(), [&](int32_t x, int32_t y) {
+      return scores[x] > scores[y] || (scores[x] == scores[y] && x < y);
+    });
+    taken.clear();
+    int tokens = lim.tokens_left;
+    for (int i = 0; i < want && tokens > 0; ++i) {
+      const int len = list_lens[base + order[i]];
+      if (len > tokens) continue;
+      tokens -= len;
+      taken.push_back(order[i]);
+    }
+    const int window = lim.count - lim.window_begin;
+    const int total = lim.sink_end + static_cast<int>(taken.size()) + window;
+    ICECACHE_CHECK_MSG(total <= out_stride, "SelectPages: the selection exceeds the output row");
+    int32_t* out_ids = a.out_ids.data_as<int32_t>() + static_cast<int64_t>(r) * out_stride;
+    int32_t* out_lens = a.out_lens.data_as<int32_t>() + static_cast<int64_t>(r) * out_stride;
+    int k = 0;
+    auto put = [&](int e) {
+      out_ids[k] = list_ids[base + e];
+      out_lens[k++] = list_lens[base + e];
+    };
+    for (int e = 0; e < lim.sink_end; ++e) put(e);
+    for (int e : taken) put(e);
+    for (int e = lim.window_begin; e < lim.count; ++e) put(e);
+    a.out_count.data_as<int32_t>()[r] = total;
+  }
+}
+
+void MapPagesCpu(const PageMapArgs& a) {
+  const int rows = static_cast<int>(a.sel_ids.dim(0));
+  const int stride = static_cast<int>(a.sel_ids.dim(1));
+  const int cap = a.capacity;
+  int32_t* resident = a.resident.data_as<int32_t>();
+  int32_t* slot_page = a.slot_page.data_as<int32_t>();
+  int32_t* slot_len = a.slot_len.data_as<int32_t>();
+  int32_t* indptr = a.table.data_as<int32_t>();
+  int32_t* indices = indptr + rows + 1;
+  int32_t* table_lens = indices + static_cast<int64_t>(rows) * stride;
+  int64_t* counters = reinterpret_cast<int64_t*>(a.counters.data());
+  const int64_t page_elems = static_cast<int64_t>(a.host.page_size) * a.host.head_dim;
+  const int64_t page_bytes = page_elems * ElemBytes(a.host.dtype);
+  std::vector<uint8_t> kept;
+  std::vector<int32_t> slot_of, copies;
+  indptr[0] = 0;
+  for (int r = 0; r < rows; ++r) {
+    const int n = std::min({a.sel_count.data_as<const int32_t>()[r], stride, cap});
+    const int64_t base = static_cast<int64_t>(a.first_group + r) * cap;
+    const int32_t* ids = a.sel_ids.data_as<const int32_t>() + static_cast<int64_t>(r) * stride;
+    const int32_t* lens = a.sel_lens.data_as<const int32_t>() + static_cast<int64_t>(r) * stride;
+    kept.assign(cap, 0);
+    slot_of.assign(n, -1);
+    copies.clear();
+    for (int i = 0; i < n; ++i) {
+      const int32_t id = ids[i];
+      ICECACHE_CHECK(id >= 0 && id < a.host.num_pages);
+      const int32_t s = resident[id];
+      if (s >= base && s < base + cap && slot_page[s] == id) {
+        slot_of[i] = s;
+        kept[s - base] = 1;
+        if (slot_len[s] == lens[i]) {
+          ++counters[0];
+        } else {
+          copies.push_back(i);  // stale: copied again into its slot
+        }
+      }
+    }
+    int next_free = 0;
+    for (int i = 0; i < n; ++i) {
+      if (slot_of[i] >= 0) continue;
+      while (kept[next_free]) ++next_free;  // a free slot exists: n <= capacity
+      const int32_t s = static_cast<int32_t>(base + next_free++);
+      const int32_t old = slot_page[s];
+      if (old >= 0 && old < a.host.num_pages && resident[old] == s) resident[old] = -1;
+      slot_page[s] = ids[i];
+      resident[ids[i]] = s;
+      slot_of[i] = s;
+      copies.push_back(i);
+    }
+    for (int i : copies) {
+      const int64_t src = ids[i], dst = slot_of[i];
+      std::memcpy(static_cast<char*>(a.slots.k) + dst * page_bytes,
+                  static_cast<const char*>(a.host.k) + src * page_bytes, page_bytes);
+      std::memcpy(static_cast<char*>(a.slots.v) + dst * page_bytes,
+                  static_cast<const char*>(a.host.v) + src * page_bytes, page_bytes);
+      std::memcpy(a.slots.positions + dst * a.host.page_size,
+                  a.host.positions + src * a.host.page_size, a.host.page_size * sizeof(int32_t));
+    }
+    counters[1] += static_cast<int64_t>(copies.size());
+    for (int i = 0; i < n; ++i) {
+      indices[indptr[r] + i] = slot_of[i];
+      table_lens[indptr[r] + i] = lens[i];
+      slot_len[slot_of[i]] = lens[i];
+    }
+    indptr[r + 1] = indptr[r] + n;
+  }
+}
+
+}  // namespace icecache::cpu

@@ -1,0 +1,251 @@
+#include "engine/device_selection.h"
+
+#include <algorithm>
+
+#include "index/regions.h"
+
+namespace icecache {
+
+bool DeviceSelection::Supports(const KvConfig& config) { return config.policy == "quest"; }
+
+Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
+    Backend& backend, const KvConfig& config, const KvLayout& layout, int n_layers, int n_heads,
+    const PagePool& pool, Tensor bounds, const WorkingSet& ws) {
+  if (!Supports(config)) {
+    return Unsupported("KV policy '" + config.policy + "' cannot select in device memory");
+  }
+  const SelectionLimits lim = LimitsFor(config);
+  if (lim.max_pages > kMaxSelectPicks) {
+    return Unsupported("device selection takes at most " + std::to_string(kMaxSelectPicks) +
+                       " pages per step; lower --kv-budget or raise --kv-page");
+  }
+  std::unique_ptr<DeviceSelection> d(new DeviceSelection());
+  d->backend_ = &backend;
+  d->config_ = config;
+  d->limits_ = lim;
+  d->layout_ = layout;
+  d->layers_ = n_layers;
+  d->heads_ = layout.n_kv_heads;
+  d->n_heads_ = n_heads;
+  d->capacity_ = ws.capacity();
+  d->bounds_ = std::move(bounds);
+  const int64_t rows = static_cast<int64_t>(n_layers) * d->heads_;
+  const int64_t out = lim.max_pages;
+  ICECACHE_ASSIGN_OR_RETURN(d->limits_dev_, backend.Allocate(DType::kI32, {rows, 5}));
+  ICECACHE_ASSIGN_OR_RETURN(d->limits_stage_, backend.AllocateStaging(DType::kI32, {rows, 5}));
+  ICECACHE_ASSIGN_OR_RETURN(d->out_ids_, backend.Allocate(DType::kI32, {d->heads_, out}));
+  ICECACHE_ASSIGN_OR_RETURN(d->out_lens_, backend.Allocate(DType::kI32, {d->heads_, out}));
+  ICECACHE_ASSIGN_OR_RETURN(d->out_count_, backend.Allocate(DType::kI32, {d->heads_}));
+  ICECACHE_ASSIGN_OR_RETURN(d->resident_, backend.Allocate(DType::kI32, {pool.capacity()}));
+  const int64_t slots = ws.view().num_pages;
+  ICECACHE_ASSIGN_OR_RETURN(d->slot_page_, backend.Allocate(DType::kI32, {slots}));
+  ICECACHE_ASSIGN_OR_RETURN(d->slot_len_, backend.Allocate(DType::kI32, {slots}));
+  ICECACHE_ASSIGN_OR_RETURN(d->table_,
+                            backend.Allocate(DType::kI32, {d->heads_ + 1 + 2 * d->heads_ * out}));
+  ICECACHE_ASSIGN_OR_RETURN(
+      d->fetch_, backend.Allocate(DType::kI32, {d->heads_ * (1 + 2 * int64_t{d->capacity_})}));
+  ICECACHE_ASSIGN_OR_RETURN(d->counters_, backend.Allocate(DType::kI32, {4}));
+  ICECACHE_ASSIGN_OR_RETURN(d->counters_host_, backend.AllocateStaging(DType::kI32, {4}));
+  d->synced_.assign(rows, 0);
+  d->bounded_.assign(rows, 0);
+  d->planned_tokens_.assign(n_layers, 0);
+  d->planned_nodes_.assign(n_layers, 0);
+  ICECACHE_RETURN_IF_ERROR(d->Grow(64));
+  d->ResetResidency();
+  return d;
+}
+
+void DeviceSelection::ResetResidency() {
+  std::vector<int32_t> none(static_cast<size_t>(std::max(resident_.numel(), slot_page_.numel())),
+                            -1);
+  const Tensor src(none.data(), DType::kI32, {static_cast<int64_t>(none.size())});
+  // Copies of a valid size: failures here are broken devices, reported by the next step.
+  (void)backend_->Copy(src.Slice(0, resident_.numel()), resident_);
+  (void)backend_->Copy(src.Slice(0, slot_page_.numel()), slot_page_);
+  (void)backend_->Copy(src.Slice(0, slot_len_.numel()), slot_len_);
+}
+
+Status DeviceSelection::Grow(int64_t entries) {
+  if (entries <= stride_) return Status::Ok();
+  int64_t stride = std::max<int64_t>(64, stride_);
+  while (stride < entries) stride *= 2;
+  const int64_t rows = static_cast<int64_t>(layers_) * heads_;
+  std::vector<int32_t> ids(static_cast<size_t>(rows * stride), -1), lens(ids.size(), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t e = 0; e < synced_[r]; ++e) {
+      ids[r * stride + e] = host_ids_[r * stride_ + e];
+      lens[r * stride + e] = host_lens_[r * stride_ + e];
+    }
+  }
+  host_ids_ = std::move(ids);
+  host_lens_ = std::move(lens);
+  stride_ = stride;
+  ICECACHE_ASSIGN_OR_RETURN(list_ids_, backend_->Allocate(DType::kI32, {rows, stride}));
+  ICECACHE_ASSIGN_OR_RETURN(list_lens_, backend_->Allocate(DType::kI32, {rows, stride}));
+  ICECACHE_ASSIGN_OR_RETURN(scores_, backend_->Allocate(DType::kF32, {heads_, stride}));
+  ICECACHE_RETURN_IF_ERROR(
+      backend_->Copy(Tensor(host_ids_.data(), DType::kI32, {rows, stride}), list_ids_));
+  ICECACHE_RETURN_IF_ERROR(
+      backend_->Copy(Tensor(host_lens_.data(), DType::kI32, {rows, stride}), list_lens_));
+  return Status::Ok();
+}
+
+Status DeviceSelection::Prepare(const KvSequence& seq, bool step) {
+  const int64_t rows = static_cast<int64_t>(layers_) * heads_;
+  if (seq.length() < last_length_) {
+    // Truncated: pages may have been freed and handed out again; start over.
+    std::fill(synced_.begin(), synced_.end(), 0);
+    std::fill(bounded_.begin(), bounded_.end(), 0);
+    ResetResidency();
+  }
+  last_length_ = seq.length();
+  host_view_ = seq.pool().view();
+  int64_t most = 0;
+  for (int l = 0; l < layers_; ++l) {
+    for (int h = 0; h < heads_; ++h) {
+      most = std::max<int64_t>(most, static_cast<int64_t>(seq.pages(l, h).size()));
+    }
+  }
+  ICECACHE_RETURN_IF_ERROR(Grow(most));
+  // List changes: entries from the first row's previous tail on (every row of a positional
+  // sequence has the same page count), uploaded for all rows in one strided copy per array.
+  int64_t lo = most, hi = 0;
+  std::vector<int32_t> to_bound_ids, to_bound_lens;
+  int32_t* lim = limits_stage_.data_as<int32_t>();
+  const int64_t length = seq.length();
+  std::fill(planned_tokens_.begin(), planned_tokens_.end(), 0);
+  std::fill(planned_nodes_.begin(), planned_nodes_.end(), 0);
+  for (int l = 0; l < layers_; ++l) {
+    for (int h = 0; h < heads_; ++h) {
+      const int64_t r = static_cast<int64_t>(l) * heads_ + h;
+      const std::vector<PageRef>& pages = seq.pages(l, h);
+      const int32_t count = static_cast<int32_t>(pages.size());
+      const int32_t from = std::max(0, std::min(synced_[r] - 1, count));
+      for (int32_t e = from; e < count; ++e) {
+        host_ids_[r * stride_ + e] = pages[e].id;
+        host_lens_[r * stride_ + e] = pages[e].len;
+      }
+      lo = std::min<int64_t>(lo, from);
+      hi = std::max<int64_t>(hi, count);
+      synced_[r] = count;
+      int32_t* row = lim + r * 5;
+      row[0] = count;
+      if (length <= limits_.budget && count <= limits_.max_pages) {
+        row[1] = row[2] = row[3] = row[4] = 0;  // covered: every entry is "window"
+        planned_tokens_[l] += length;
+        if (step) lookups_ += count;
+        continue;
+      }
+      const ListRegions reg = RegionsOf(seq, l, h, limits_);
+      const int32_t tokens_left = limits_.budget - reg.sink_tokens - reg.window_tokens;
+      const int32_t pages_left = limits_.max_pages - reg.sink_end - (reg.end - reg.window_begin);
+      row[1] = reg.sink_end;
+      row[2] = reg.window_begin;
+      row[3] = tokens_left;
+      row[4] = pages_left;
+      const int32_t candidates = reg.window_begin - reg.sink_end;
+      const int32_t full =
+          std::max(0, std::min({pages_left, candidates, tokens_left / layout_.page_size}));
+      planned_tokens_[l] +=
+          reg.sink_tokens + reg.window_tokens + static_cast<int64_t>(full) * layout_.page_size;
+      if (step) lookups_ += reg.sink_end + full + (reg.end - reg.window_begin);
+      planned_nodes_[l] += candidates;
+      // Pages that became selectable get their bounds (they no longer change).
+      for (int32_t e = bounded_[r]; e < reg.window_begin; ++e) {
+        to_bound_ids.push_back(pages[e].id);
+        to_bound_lens.push_back(pages[e].len);
+      }
+      bounded_[r] = std::max(bounded_[r], reg.window_begin);
+    }
+  }
+  if (hi > lo) {
+    const int64_t bytes = (hi - lo) * 4, pitch = stride_ * 4;
+    ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(
+        host_ids_.data() + lo, list_ids_.data_as<int32_t>() + lo, rows, bytes, pitch, pitch));
+    ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(
+        host_lens_.data() + lo, list_lens_.data_as<int32_t>() + lo, rows, bytes, pitch, pitch));
+  }
+  ICECACHE_RETURN_IF_ERROR(backend_->Copy(limits_stage_, limits_dev_));
+  const int64_t n = static_cast<int64_t>(to_bound_ids.size());
+  if (n > 0) {
+    if (bound_ids_.empty() || bound_ids_.numel() < n) {
+      const int64_t size = std::max<int64_t>(n, 4096);
+      ICECACHE_ASSIGN_OR_RETURN(bound_ids_, backend_->Allocate(DType::kI32, {size}));
+      ICECACHE_ASSIGN_OR_RETURN(bound_lens_, backend_->Allocate(DType::kI32, {size}));
+    }
+    ICECACHE_RETURN_IF_ERROR(
+        backend_->Copy(Tensor(to_bound_ids.data(), DType::kI32, {n}), bound_ids_.Slice(0, n)));
+    ICECACHE_RETURN_IF_ERROR(
+        backend_->Copy(Tensor(to_bound_lens.data(), DType::kI32, {n}), bound_lens_.Slice(0, n)));
+    PageBoundsArgs b;
+    b.pool = seq.pool().view();
+    b.ids = bound_ids_.Slice(0, n);
+    b.lens = bound_lens_.Slice(0, n);
+    b.bounds = bounds_;
+    backend_->PageBounds(b);
+  }
+  return Status::Ok();
+}
+
+void DeviceSelection::Select(int layer, const Tensor& q) {
+  const int64_t first = static_cast<int64_t>(layer) * heads_;
+  PageSelectArgs s;
+  s.q = q;
+  s.list_ids = list_ids_.Slice(first, first + heads_);
+  s.list_lens = list_lens_.Slice(first, first + heads_);
+  s.limits = limits_dev_.Slice(first, first + heads_);
+  s.bounds = bounds_;
+  s.scores = scores_;
+  s.out_ids = out_ids_;
+  s.out_lens = out_lens_;
+  s.out_count = out_count_;
+  s.n_heads = n_heads_;
+  backend_->SelectPages(s);
+}
+
+void DeviceSelection::Map(int layer, const WorkingSet& ws, PageTableView* table) {
+  PageMapArgs m;
+  m.sel_ids = out_ids_;
+  m.sel_lens = out_lens_;
+  m.sel_count = out_count_;
+  m.host = host_view_;
+  m.slots = ws.view();
+  m.first_group = layer * heads_;
+  m.capacity = capacity_;
+  m.resident = resident_;
+  m.slot_page = slot_page_;
+  m.slot_len = slot_len_;
+  m.table = table_;
+  m.fetch = fetch_;
+  m.counters = counters_;
+  backend_->MapPages(m);
+  const int32_t* t = table_.data_as<const int32_t>();
+  table->indptr = t;
+  table->indices = t + heads_ + 1;
+  table->lens = t + heads_ + 1 + static_cast<int64_t>(heads_) * limits_.max_pages;
+  table->num_rows = heads_;
+}
+
+Result<WorkingSetCounters> DeviceSelection::Counters(const KvLayout& layout) {
+  ICECACHE_RETURN_IF_ERROR(backend_->Copy(counters_, counters_host_));
+  backend_->Synchronize();
+  const int64_t* c = reinterpret_cast<const int64_t*>(counters_host_.data());
+  WorkingSetCounters w;
+  w.hits = c[0];
+  w.pages_fetched = c[1];
+  w.bytes_fetched = c[1] * layout.page_bytes();
+  w.lookups = lookups_;
+  return w;
+}
+
+int64_t DeviceSelection::device_bytes() const {
+  int64_t b = 0;
+  for (const Tensor* t : {&list_ids_, &list_lens_, &limits_dev_, &scores_, &out_ids_, &out_lens_,
+                          &out_count_, &resident_, &slot_page_, &slot_len_, &table_, &fetch_,
+                          &counters_, &bound_ids_, &bound_lens_}) {
+    b += t->empty() ? 0 : t->numel() * 4;
+  }
+  return b;
+}
+
+}  // namespace icecache

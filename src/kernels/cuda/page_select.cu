@@ -1,0 +1,465 @@
+// Device-side page selection: page bounds, bound-ranked top pages per KV head, and the
+// working-set step (residency diff, slot assignment, fetch of the missing pages).
+//
+// SelectPages runs as two launches: ScoreKernel spreads the bound products of every candidate
+// over many blocks (a row's bounds are megabytes at 128K tokens), then RankKernel (one block per
+// row) finds the best `pages_left` scores by a radix select on the scores' order-preserving bit
+// patterns, sorts those few by (score, entry) and walks them as AssembleSelection does.
+// MapPages: AssignKernel (one block per row) diffs the selection against the row's slots with
+// warp ballots, then FetchKernel copies the missing pages, one block per page.
+#include <cub/block/block_scan.cuh>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/launch.h"
+
+namespace icecache::kernels {
+
+namespace {
+
+using Bf16 = __nv_bfloat16;
+
+int LastError() { return static_cast<int>(cudaGetLastError()); }
+
+constexpr int kScoreThreads = 256;
+constexpr int kScoreWarps = kScoreThreads / 32;
+constexpr int kScorePerWarp = 8;  // candidates per warp
+constexpr int kRankThreads = 512;
+constexpr int kMaxGroup = 32;
+constexpr int kMaxDim = 256;
+constexpr int kSortCap = 2048;  // kMaxSelectPicks (backend.h)
+
+// ---- PageBounds -------------------------------------------------------------------------------
+
+__global__ void PageBoundsKernel(const Bf16* __restrict__ pool_k, int64_t pool_pages, int page_size,
+                                 int head_dim, const int32_t* __restrict__ ids,
+                                 const int32_t* __restrict__ lens, Bf16* __restrict__ bounds) {
+  const int32_t id = ids[blockIdx.x];
+  const int n = lens[blockIdx.x];
+  if (id < 0 || id >= pool_pages || n < 1) return;
+  const Bf16* k = pool_k + static_cast<int64_t>(id) * page_size * head_dim;
+  Bf16* b = bounds + static_cast<int64_t>(id) * 2 * head_dim;
+  for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
+    float lo = __bfloat162float(k[j]), hi = lo;
+    for (int t = 1; t < min(n, page_size); ++t) {
+      const float v = __bfloat162float(k[static_cast<int64_t>(t) * head_dim + j]);
+      lo = fminf(lo, v);
+      hi = fmaxf(hi, v);
+    }
+    b[j] = __float2bfloat16_rn(lo);  // exact: both are stored bf16 values
+    b[head_dim + j] = __float2bfloat16_rn(hi);
+  }
+}
+
+// ---- SelectPages --------------------------------------------------------------------------
+
+struct Limits {
+  int count, sink_end, window_begin, tokens_left, pages_left;
+};
+
+__device__ __forceinline__ Limits LoadLimits(const int32_t* limits, int row, int stride) {
+  const int32_t* l = limits + row * 5;
+  Limits r{min(l[0], stride), max(0, l[1]), l[2], l[3], l[4]};
+  r.window_begin = max(r.sink_end, min(r.window_begin, r.count));
+  r.sink_end = min(r.sink_end, r.window_begin);
+  return r;
+}
+
+// Block (chunk, row): kScoreWarps warps, kScorePerWarp candidates each. Lanes split the
+// dimensions; the score is the maximum over the group's query heads of the bound.
+__global__ void __launch_bounds__(kScoreThreads) ScoreKernel(PageSelectParams p) {
+  __shared__ float q_s[kMaxGroup * kMaxDim];
+  const int row = blockIdx.y;
+  const Limits lim = LoadLimits(p.limits, row, p.stride);
+  const int first = lim.sink_end + blockIdx.x * kScoreWarps * kScorePerWarp;
+  if (first >= lim.window_begin) return;
+  const int d = p.head_dim;
+  const Bf16* q = static_cast<const Bf16*>(p.q) + static_cast<int64_t>(row) * p.group * d;
+  for (int i = threadIdx.x; i < p.group * d; i += blockDim.x) q_s[i] = __bfloat162float(q[i]);
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const Bf16* bounds = static_cast<const Bf16*>(p.bounds);
+  for (int c = 0; c < kScorePerWarp; ++c) {
+    const int e = first + warp * kScorePerWarp + c;
+    if (e >= lim.window_begin) break;
+    const int32_t id = p.list_ids[static_cast<int64_t>(row) * p.stride + e];
+    float best = kNegInf;
+    if (id >= 0 && id < p.bound_pages) {
+      const Bf16* b = bounds + static_cast<int64_t>(id) * 2 * d;
+      float lo[kMaxDim / 32], hi[kMaxDim / 32];
+      const int per = d / 32;
+      for (int k = 0; k < per; ++k) {
+        lo[k] = __bfloat162float(b[lane + 32 * k]);
+        hi[k] = __bfloat162float(b[d + lane + 32 * k]);
+      }
+      for (int g = 0; g < p.group; ++g) {
+        const float* qg = q_s + g * d;
+        float s = 0.0f;
+        for (int k = 0; k < per; ++k) {
+          const float x = qg[lane + 32 * k];
+          s += fmaxf(x * lo[k], x * hi[k]);
+        }
+        best = fmaxf(best, WarpSum(s));
+      }
+    }
+    if (lane == 0) p.scores[static_cast<int64_t>(row) * p.stride + e] = best;
+  }
+}
+
+// Order-preserving bits of a float (larger float, larger key).
+__device__ __forceinline__ uint32_t OrderKey(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// One block per row: radix select of the best `want` keys, then sort and walk.
+__global__ void __launch_bounds__(kRankThreads) RankKernel(PageSelectParams p) {
+  using Scan = cub::BlockScan<int, kRankThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ unsigned hist[256];
+  __shared__ uint32_t s_prefix, s_mask;
+  __shared__ int s_remaining, s_taken_eq, s_selected, s_taken;
+  __shared__ unsigned long long sort_keys[kSortCap];
+  __shared__ int taken[kSortCap];
+
+  const int row = blockIdx.x;
+  const Limits lim = LoadLimits(p.limits, row, p.stride);
+  const int64_t base = static_cast<int64_t>(row) * p.stride;
+  const int n_cand = lim.window_begin - lim.sink_end;
+  const int want = max(0, min(min(lim.pages_left, n_cand), kSortCap));
+  const float* scores = p.scores + base;
+  const int tid = threadIdx.x;
+
+  // Radix select: the key of the want-th best candidate and how many equal to it to take.
+  if (tid == 0) {
+    s_prefix = 0;
+    s_mask = 0;
+    s_remaining = want;
+  }
+  __syncthreads();
+  if (want > 0 && want < n_cand) {
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
+      __syncthreads();
+      const uint32_t prefix = s_prefix, mask = s_mask;
+      for (int i = tid; i < n_cand; i += blockDim.x) {
+        const uint32_t k = OrderKey(scores[lim.sink_end + i]);
+        if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+      }
+      __syncthreads();
+      if (tid < 32) {
+        // Lane l owns bins [8 (31 - l), 8 (31 - l) + 8): lane 0 the highest.
+        const int lo = 8 * (31 - tid);
+        unsigned own = 0;
+        for (int b = 0; b < 8; ++b) own += hist[lo + b];
+        unsigned incl = own;  // inclusive sum over lanes 0..tid (bins from the top down)
+        for (int o = 1; o < 32; o <<= 1) {
+          const unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
+          if (tid >= o) incl += v;
+        }
+        const unsigned excl = incl - own;
+        const unsigned need = static_cast<unsigned>(s_remaining);
+        if (excl < need && incl >= need) {
+          unsigned above = excl;
+          for (int b = 7; b >= 0; --b) {
+            const unsigned c = hist[lo + b];
+            if (above + c >= need) {
+              s_prefix = prefix | (static_cast<uint32_t>(lo + b) << shift);
+              s_mask = mask | (255u << shift);
+              s_remaining = static_cast<int>(need - above);
+              break;
+            }
+            above += c;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  // Collect: keys above the threshold, and the first s_remaining equal to it by entry.
+  const bool all = want >= n_cand;
+  const uint32_t thr = s_prefix;
+  const int eq_take = s_remaining;
+  if (tid == 0) {
+    s_taken_eq = 0;
+    s_selected = 0;
+  }
+  __syncthreads();
+  for (int start = 0; start < n_cand && want > 0; start += blockDim.x) {
+    const int i = start + tid;
+    uint32_t k = 0;
+    int gt = 0, eq = 0;
+    if (i < n_cand) {
+      k = OrderKey(scores[lim.sink_end + i]);
+      gt = all || k > thr;
+      eq = !all && k == thr;
+    }
+    int eq_rank, eq_total;
+    Scan(scan_tmp).ExclusiveSum(eq, eq_rank, eq_total);
+    __syncthreads();
+    const int sel = gt || (eq && s_taken_eq + eq_rank < eq_take);
+    int pos, sel_total;
+    Scan(scan_tmp).ExclusiveSum(sel, pos, sel_total);
+    if (sel && s_selected + pos < kSortCap) {
+      // Descending by key, then ascending by entry.
+      sort_keys[s_selected + pos] =
+          (static_cast<unsigned long long>(k) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
+    }
+    __syncthreads();
+    if (tid == 0) {
+      s_taken_eq += eq_total;
+      s_selected += sel_total;
+    }
+    __syncthreads();
+  }
+  const int m = min(s_selected, kSortCap);
+  int m2 = 1;
+  while (m2 < m) m2 <<= 1;
+  for (int i = m + tid; i < m2; i += blockDim.x) sort_keys[i] = 0;
+  __syncthreads();
+  // Bitonic sort, descending.
+  for (int size = 2; size <= m2; size <<= 1) {
+    for (int stride = size / 2; stride > 0; stride >>= 1) {
+      for (int i = tid; i < m2; i += blockDim.x) {
+        const int j = i ^ stride;
+        if (j > i) {
+          const bool desc = (i & size) == 0;
+          const unsigned long long a = sort_keys[i], b = sort_keys[j];
+          if (desc ? a < b : a > b) {
+            sort_keys[i] = b;
+            sort_keys[j] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  // Token counts of the ranked entries, then the greedy walk on one thread.
+  for (int i = tid; i < m; i += blockDim.x) {
+    const int e =
+        lim.sink_end + static_cast<int>(0xffffffffu - static_cast<uint32_t>(sort_keys[i]));
+    taken[i] = e;
+    sort_keys[i] = static_cast<unsigned long long>(p.list_lens[base + e]);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int tokens = lim.tokens_left, t = 0;
+    for (int i = 0; i < m && tokens > 0; ++i) {
+      const int len = static_cast<int>(sort_keys[i]);
+      if (len > tokens) continue;
+      tokens -= len;
+      taken[t++] = taken[i];
+    }
+    s_taken = t;
+  }
+  __syncthreads();
+  const int taken_n = s_taken;
+  const int window = lim.count - lim.window_begin;
+  const int total = min(lim.sink_end + taken_n + window, p.out_stride);
+  int32_t* out_ids = p.out_ids + static_cast<int64_t>(row) * p.out_stride;
+  int32_t* out_lens = p.out_lens + static_cast<int64_t>(row) * p.out_stride;
+  for (int i = tid; i < total; i += blockDim.x) {
+    int e;
+    if (i < lim.sink_end) {
+      e = i;
+    } else if (i < lim.sink_end + taken_n) {
+      e = taken[i - lim.sink_end];
+    } else {
+      e = lim.window_begin + (i - lim.sink_end - taken_n);
+    }
+    out_ids[i] = p.list_ids[base + e];
+    out_lens[i] = p.list_lens[base + e];
+  }
+  if (tid == 0) p.out_count[row] = total;
+}
+
+// ---- MapPages -----------------------------------------------------------------------------
+
+constexpr int kMapThreads = 256;
+
+// One block per row. Shared: kept flags and the free-slot list over the row's capacity, the
+// slot of each selected entry.
+__global__ void __launch_bounds__(kMapThreads) AssignKernel(PageMapParams p) {
+  extern __shared__ int smem[];
+  int* kept = smem;                        // [capacity]
+  int* free_slots = kept + p.capacity;     // [capacity]
+  int* slot_of = free_slots + p.capacity;  // [stride]: slot page, or -1 (missing)
+  int* stale = slot_of + p.stride;         // [stride]: 1 when resident but out of date
+  __shared__ int s_missing, s_copies, s_hits, s_begin;
+  const int row = blockIdx.x;
+  const int tid = threadIdx.x, lane = tid % 32;
+  const int n = min(p.sel_count[row], min(p.stride, p.capacity));
+  const int64_t base = static_cast<int64_t>(p.first_group + row) * p.capacity;
+  const int32_t* ids = p.sel_ids + static_cast<int64_t>(row) * p.stride;
+  const int32_t* lens = p.sel_lens + static_cast<int64_t>(row) * p.stride;
+  for (int i = tid; i < p.capacity; i += blockDim.x) kept[i] = 0;
+  if (tid == 0) {
+    int begin = 0;
+    for (int r = 0; r < row; ++r) begin += min(p.sel_count[r], min(p.stride, p.capacity));
+    s_begin = begin;
+    s_hits = 0;
+  }
+  __syncthreads();
+  int hits = 0;
+  for (int i = tid; i < n; i += blockDim.x) {
+    const int32_t id = ids[i];
+    int s = -1;
+    stale[i] = 0;
+    if (id >= 0 && id < p.host_pages) {
+      const int32_t r = p.resident[id];
+      if (r >= base && r < base + p.capacity && p.slot_page[r] == id) {
+        s = r;
+        kept[r - base] = 1;
+        if (p.slot_len[r] == lens[i]) {
+          ++hits;
+        } else {
+          stale[i] = 1;
+        }
+      }
+    }
+    slot_of[i] = s;
+  }
+  if (hits > 0) atomicAdd(&s_hits, hits);
+  __syncthreads();
+  int32_t* fetch = p.fetch + static_cast<int64_t>(row) * (1 + 2 * p.capacity);
+  if (tid < 32) {
+    // Free slots (lowest first), then the copies: stale entries first, then missing ones
+    // (each taking the next free slot), both in selection order.
+    int count = 0;
+    for (int start = 0; start < p.capacity; start += 32) {
+      const int i = start + lane;
+      const bool f = i < p.capacity && !kept[i];
+      const unsigned mask = __ballot_sync(0xffffffffu, f);
+      if (f) free_slots[count + __popc(mask & ((1u << lane) - 1))] = i;
+      count += __popc(mask);
+    }
+    int copies = 0;
+    for (int start = 0; start < n; start += 32) {
+      const int i = start + lane;
+      const bool st = i < n && stale[i];
+      const unsigned mask = __ballot_sync(0xffffffffu, st);
+      if (st) {
+        const int c = copies + __popc(mask & ((1u << lane) - 1));
+        fetch[1 + 2 * c] = ids[i];
+        fetch[2 + 2 * c] = slot_of[i];
+      }
+      copies += __popc(mask);
+    }
+    int missing = 0;
+    for (int start = 0; start < n; start += 32) {
+      const int i = start + lane;
+      const bool miss = i < n && slot_of[i] < 0 && ids[i] >= 0 && ids[i] < p.host_pages;
+      const unsigned mask = __ballot_sync(0xffffffffu, miss);
+      const int k = missing + __popc(mask & ((1u << lane) - 1));
+      if (miss && k < count) {
+        // A free slot always exists: n <= capacity and every kept slot holds a selected page.
+        const int32_t s = static_cast<int32_t>(base) + free_slots[k];
+        slot_of[i] = s;
+        fetch[1 + 2 * (copies + k)] = ids[i];
+        fetch[2 + 2 * (copies + k)] = s;
+      }
+      missing += __popc(mask);
+    }
+    missing = min(missing, count);
+    if (lane == 0) {
+      s_missing = missing;
+      s_copies = copies + missing;
+      fetch[0] = copies + missing;
+    }
+  }
+  __syncthreads();
+  // Evict and claim (each free slot is claimed by at most one entry; see the REQUIRES on ids).
+  const int copies = s_copies, stale_n = s_copies - s_missing;
+  for (int c = tid; c < copies; c += blockDim.x) {
+    const int32_t id = fetch[1 + 2 * c], s = fetch[2 + 2 * c];
+    if (c >= stale_n) {
+      const int32_t old = p.slot_page[s];
+      if (old >= 0 && old < p.host_pages && p.resident[old] == s) p.resident[old] = -1;
+      p.slot_page[s] = id;
+      p.resident[id] = s;
+    }
+  }
+  // The table: indptr, then entries in selection order.
+  int32_t* indptr = p.table;
+  int32_t* indices = p.table + p.rows + 1;
+  int32_t* out_lens = indices + static_cast<int64_t>(p.rows) * p.stride;
+  const int begin = s_begin;
+  for (int i = tid; i < n; i += blockDim.x) {
+    const int s = slot_of[i];
+    indices[begin + i] = s;
+    out_lens[begin + i] = lens[i];
+    if (s >= 0) p.slot_len[s] = lens[i];
+  }
+  if (tid == 0) {
+    if (row == 0) indptr[0] = 0;
+    indptr[row + 1] = begin + n;
+    if (s_hits > 0) atomicAdd(&p.counters[0], static_cast<unsigned long long>(s_hits));
+    if (copies > 0) atomicAdd(&p.counters[1], static_cast<unsigned long long>(copies));
+  }
+}
+
+// Block (copy, row): copies one fetched page (K, V and positions) from the host tier.
+__global__ void FetchKernel(PageMapParams p) {
+  const int row = blockIdx.y, c = blockIdx.x;
+  const int32_t* fetch = p.fetch + static_cast<int64_t>(row) * (1 + 2 * p.capacity);
+  if (c >= fetch[0]) return;
+  const int32_t src = fetch[1 + 2 * c], dst = fetch[2 + 2 * c];
+  if (src < 0 || src >= p.host_pages || dst < 0 || dst >= p.slot_pages) return;
+  const int64_t elems = static_cast<int64_t>(p.page_size) * p.head_dim;
+  const int64_t words = elems * 2 / 16;  // 16-byte words per page of K (or V)
+  const uint4* sk =
+      reinterpret_cast<const uint4*>(static_cast<const Bf16*>(p.host_k) + src * elems);
+  const uint4* sv =
+      reinterpret_cast<const uint4*>(static_cast<const Bf16*>(p.host_v) + src * elems);
+  uint4* dk = reinterpret_cast<uint4*>(static_cast<Bf16*>(p.slot_k) + dst * elems);
+  uint4* dv = reinterpret_cast<uint4*>(static_cast<Bf16*>(p.slot_v) + dst * elems);
+  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
+    dk[i] = sk[i];
+    dv[i] = sv[i];
+  }
+  for (int i = threadIdx.x; i < p.page_size; i += blockDim.x) {
+    p.slot_pos[static_cast<int64_t>(dst) * p.page_size + i] =
+        p.host_pos[static_cast<int64_t>(src) * p.page_size + i];
+  }
+}
+
+}  // namespace
+
+int LaunchPageBounds(Stream s, const void* pool_k, int64_t pool_pages, int page_size, int head_dim,
+                     const int32_t* ids, const int32_t* lens, int64_t n, void* bounds) {
+  if (n == 0) return 0;
+  PageBoundsKernel<<<static_cast<unsigned>(n), 128, 0, s>>>(static_cast<const Bf16*>(pool_k),
+                                                            pool_pages, page_size, head_dim, ids,
+                                                            lens, static_cast<Bf16*>(bounds));
+  return LastError();
+}
+
+int LaunchSelectPages(Stream s, const PageSelectParams& p) {
+  if (p.rows == 0) return 0;
+  if (p.group > kMaxGroup || p.head_dim > kMaxDim || p.head_dim % 32 != 0) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  const int per_block = kScoreWarps * kScorePerWarp;
+  const unsigned chunks = static_cast<unsigned>((p.stride + per_block - 1) / per_block);
+  if (chunks > 0) {
+    ScoreKernel<<<dim3(chunks, static_cast<unsigned>(p.rows)), kScoreThreads, 0, s>>>(p);
+    const int e = LastError();
+    if (e != 0) return e;
+  }
+  RankKernel<<<static_cast<unsigned>(p.rows), kRankThreads, 0, s>>>(p);
+  return LastError();
+}
+
+int LaunchMapPages(Stream s, const PageMapParams& p) {
+  if (p.rows == 0) return 0;
+  const size_t smem =
+      (2 * static_cast<size_t>(p.capacity) + 2 * static_cast<size_t>(p.stride)) * sizeof(int);
+  if (smem > 48 * 1024) return static_cast<int>(cudaErrorInvalidValue);
+  AssignKernel<<<static_cast<unsigned>(p.rows), kMapThreads, smem, s>>>(p);
+  int e = LastError();
+  if (e != 0) return e;
+  FetchKernel<<<dim3(static_cast<unsigned>(p.capacity), static_cast<unsigned>(p.rows)), 128, 0,
+                s>>>(p);
+  return LastError();
+}
+
+}  // namespace icecache::kernels

@@ -1,0 +1,291 @@
+// Device-side selection (--kv-select device) on the CPU backend, whose reference ops run the
+// same path the GPU runs (PageBounds, SelectPages, MapPages, attention over the returned table):
+// - for the same keys and queries SelectPages lists exactly QuestIndex::Select's pages, in
+//   QuestIndex's order;
+// - through the engine, quest selecting on the "device" gives bit for bit the logits of quest
+//   selecting on the host (same pages, same order), and a covering budget gives full attention;
+// - MapPages keeps the working set's slots equal to the selected host pages over random steps,
+//   counts a repeated selection as all hits, and evicts only unselected pages;
+// - unsupported combinations are clear errors.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "backend/backend.h"
+#include "engine/engine_impl.h"
+#include "index/policy.h"
+#include "index/regions.h"
+#include "testing/paths.h"
+#include "testing/tiny_model.h"
+
+namespace icecache {
+namespace {
+
+class DeviceSelectionTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const testing::TinyModelSpec spec = testing::TinyLlamaSpec();
+    dir_ = new std::string(testing::MakeTempDir("devsel"));
+    ASSERT_TRUE(testing::WriteTinyHfModel(spec, *dir_, testing::TinyTokenizerPath(spec)).ok());
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  static Result<std::unique_ptr<Engine>> Make(const KvConfig& kv, const std::string& where) {
+    EngineOptions o{.model = *dir_, .context_size = 1024, .prefill_chunk = 64};
+    o.kv = kv;
+    o.kv_select = where;
+    return Engine::Create(o);
+  }
+  static KvConfig Quest(int budget) {
+    KvConfig kv;
+    kv.policy = "quest";
+    kv.budget = budget;
+    kv.page_size = 8;
+    return kv;
+  }
+  static std::vector<int32_t> Tokens(int n, int salt) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; ++i) t.push_back((i * 53 + salt * 97 + i * i) % 1000 + 3);
+    return t;
+  }
+  static void ExpectSameLogits(const ScoreResult& a, const ScoreResult& b) {
+    ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
+    EXPECT_EQ(a.top1, b.top1);
+    for (size_t i = 0; i < a.logprobs.size(); ++i) {
+      ASSERT_EQ(0, std::memcmp(a.logprobs[i].data(), b.logprobs[i].data(),
+                               a.logprobs[i].size() * sizeof(float)))
+          << "step " << i << " differs";
+    }
+  }
+  static std::string* dir_;
+};
+std::string* DeviceSelectionTest::dir_ = nullptr;
+
+TEST_F(DeviceSelectionTest, QuestOnTheDeviceEqualsQuestOnTheHostBitForBit) {
+  const ScoreRequest r{Tokens(400, 3), Tokens(24, 4), true};
+  for (int budget : {32, 64, 128}) {
+    SCOPED_TRACE(budget);
+    auto host = Make(Quest(budget), "host");
+    auto device = Make(Quest(budget), "device");
+    ASSERT_TRUE(host.ok() && device.ok());
+    auto want = (*host)->Score(r);
+    auto got = (*device)->Score(r);
+    ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
+    ExpectSameLogits(*got, *want);
+    EXPECT_FALSE(want->kv.device_select);
+    EXPECT_TRUE(got->kv.device_select);
+    EXPECT_GT(got->kv.device_index_bytes, 0);
+    // Every selectable page is full here, so the planned count is what was attended.
+    EXPECT_DOUBLE_EQ(got->kv.tokens_attended, want->kv.tokens_attended);
+    EXPECT_DOUBLE_EQ(got->kv.nodes_visited, want->kv.nodes_visited);
+    EXPECT_GT(got->kv.pages_fetched, 0.0);
+    EXPECT_GT(got->kv.hit_rate, 0.0);
+    EXPECT_LE(got->kv.hit_rate, 1.0);
+  }
+}
+
+TEST_F(DeviceSelectionTest, CoveringBudgetEqualsFullAttention) {
+  const ScoreRequest r{Tokens(150, 1), Tokens(40, 2), true};
+  KvConfig full;
+  full.page_size = 8;
+  auto dense = Make(full, "auto");
+  auto device = Make(Quest(512), "device");
+  ASSERT_TRUE(dense.ok() && device.ok());
+  auto want = (*dense)->Score(r);
+  auto got = (*device)->Score(r);
+  ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
+  ExpectSameLogits(*got, *want);
+}
+
+TEST_F(DeviceSelectionTest, UnsupportedCombinationsAreClearErrors) {
+  KvConfig ice = Quest(64);
+  ice.policy = "icecache";
+  auto engine = Make(ice, "device");
+  ASSERT_TRUE(engine.ok());
+  auto session = (*engine)->NewSession();
+  ASSERT_FALSE(session.ok());
+  EXPECT_NE(session.status().message().find("--kv-select device"), std::string::npos);
+  auto bad = Make(Quest(64), "gpu");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--kv-select"), std::string::npos);
+  KvConfig wide = Quest(64);
+  wide.budget = 8 * (kMaxSelectPicks + 8);
+  auto too_many = Make(wide, "device");
+  ASSERT_TRUE(too_many.ok());
+  auto s2 = (*too_many)->NewSession();
+  ASSERT_FALSE(s2.ok());
+  EXPECT_NE(s2.status().message().find("at most"), std::string::npos);
+}
+
+// The backend op against QuestIndex on a real sequence's keys.
+TEST_F(DeviceSelectionTest, SelectPagesListsQuestIndexPages) {
+  KvConfig full;
+  full.page_size = 8;
+  auto engine = Make(full, "auto");
+  ASSERT_TRUE(engine.ok());
+  auto* impl = static_cast<EngineImpl*>(engine->get());
+  auto st = impl->NewState(nullptr);
+  ASSERT_TRUE(st.ok());
+  GenerateRequest req;
+  req.prompt_tokens = Tokens(300, 5);
+  req.max_tokens = 1;
+  ASSERT_TRUE(impl->RunOn(**st, req, {}).ok());
+  const KvSequence& seq = (*st)->seq;
+  const KvLayout& layout = seq.layout();
+  const int heads = impl->info().n_heads, kvh = layout.n_kv_heads, d = layout.head_dim;
+  auto backend = MakeCpuBackend({.threads = 1});
+
+  for (int budget : {24, 48, 96}) {
+    SCOPED_TRACE(budget);
+    const KvConfig kv = Quest(budget);
+    const SelectionLimits lim = LimitsFor(kv);
+    auto index = MakeSequenceIndex({kv, layout, heads, lim, nullptr});
+    ASSERT_TRUE(index.ok());
+    // Bounds of every page of the sequence.
+    std::vector<int32_t> ids, lens;
+    for (int l = 0; l < layout.n_layers; ++l) {
+      for (int h = 0; h < kvh; ++h) {
+        for (const PageRef& p : seq.pages(l, h)) {
+          ids.push_back(p.id);
+          lens.push_back(p.len);
+        }
+      }
+    }
+    const int64_t pages = seq.pool().capacity();
+    Tensor bounds = Tensor::Host(layout.dtype, {pages, 2, d}).value();
+    PageBoundsArgs b{seq.pool().view(),
+                     Tensor(ids.data(), DType::kI32, {static_cast<int64_t>(ids.size())}),
+                     Tensor(lens.data(), DType::kI32, {static_cast<int64_t>(lens.size())}), bounds};
+    backend->PageBounds(b);
+    std::mt19937 rng(budget);
+    std::normal_distribution<float> normal;
+    for (int l = 0; l < layout.n_layers; ++l) {
+      std::vector<float> q(static_cast<size_t>(heads) * d);
+      for (float& x : q) x = normal(rng);
+      std::vector<std::vector<PageRef>> want(kvh);
+      SelectionStats stats;
+      (*index)->Select(seq, l, q.data(), want, &stats);
+      const int64_t stride = static_cast<int64_t>(seq.pages(l, 0).size());
+      std::vector<int32_t> list_ids, list_lens, limits;
+      for (int h = 0; h < kvh; ++h) {
+        for (const PageRef& p : seq.pages(l, h)) {
+          list_ids.push_back(p.id);
+          list_lens.push_back(p.len);
+        }
+        const ListRegions reg = RegionsOf(seq, l, h, lim);
+        limits.insert(limits.end(), {reg.end, reg.sink_end, reg.window_begin,
+                                     lim.budget - reg.sink_tokens - reg.window_tokens,
+                                     lim.max_pages - reg.sink_end - (reg.end - reg.window_begin)});
+      }
+      Tensor scores = Tensor::Host(DType::kF32, {kvh, stride}).value();
+      Tensor out_ids = Tensor::Host(DType::kI32, {kvh, lim.max_pages}).value();
+      Tensor out_lens = Tensor::Host(DType::kI32, {kvh, lim.max_pages}).value();
+      Tensor out_count = Tensor::Host(DType::kI32, {kvh}).value();
+      PageSelectArgs s;
+      s.q = Tensor(q.data(), DType::kF32, {static_cast<int64_t>(q.size())});
+      s.list_ids = Tensor(list_ids.data(), DType::kI32, {kvh, stride});
+      s.list_lens = Tensor(list_lens.data(), DType::kI32, {kvh, stride});
+      s.limits = Tensor(limits.data(), DType::kI32, {kvh, 5});
+      s.bounds = bounds;
+      s.scores = scores;
+      s.out_ids = out_ids;
+      s.out_lens = out_lens;
+      s.out_count = out_count;
+      s.n_heads = heads;
+      backend->SelectPages(s);
+      for (int h = 0; h < kvh; ++h) {
+        const int n = out_count.data_as<int32_t>()[h];
+        ASSERT_EQ(n, static_cast<int>(want[h].size())) << "layer " << l << " head " << h;
+        for (int i = 0; i < n; ++i) {
+          EXPECT_EQ(out_ids.data_as<int32_t>()[h * lim.max_pages + i], want[h][i].id);
+          EXPECT_EQ(out_lens.data_as<int32_t>()[h * lim.max_pages + i], want[h][i].len);
+        }
+      }
+    }
+  }
+}
+
+// MapPages over random selections: slots always hold the selected host pages.
+TEST(MapPagesTest, SlotsHoldTheSelectedPagesAndRepeatsAreHits) {
+  auto backend = MakeCpuBackend({.threads = 1});
+  const int page = 4, dim = 8, host_pages = 64, rows = 2, cap = 6, stride = 5;
+  const int64_t page_elems = page * dim;
+  std::vector<float> hk(host_pages * page_elems), hv(hk.size());
+  std::vector<int32_t> hpos(host_pages * page);
+  for (size_t i = 0; i < hk.size(); ++i) {
+    hk[i] = static_cast<float>(i);
+    hv[i] = -static_cast<float>(i);
+  }
+  for (size_t i = 0; i < hpos.size(); ++i) hpos[i] = static_cast<int32_t>(i);
+  const int slot_pages = (rows + 1) * cap;  // groups 1 and 2 (first_group 1)
+  std::vector<float> sk(slot_pages * page_elems), sv(sk.size());
+  std::vector<int32_t> spos(slot_pages * page);
+  KvPoolView host{hk.data(), hv.data(), hpos.data(), DType::kF32, host_pages, page, dim};
+  KvPoolView slots{sk.data(), sv.data(), spos.data(), DType::kF32, slot_pages, page, dim};
+  std::vector<int32_t> resident(host_pages, -1), slot_page(slot_pages, -1), slot_len(slot_pages, 0);
+  std::vector<int32_t> table(rows + 1 + 2 * rows * stride), fetch(rows * (1 + 2 * cap));
+  alignas(8) int32_t counters[4] = {0, 0, 0, 0};
+  std::vector<int32_t> sel_ids(rows * stride), sel_lens(rows * stride), sel_count(rows);
+  auto map = [&] {
+    PageMapArgs m;
+    m.sel_ids = Tensor(sel_ids.data(), DType::kI32, {rows, stride});
+    m.sel_lens = Tensor(sel_lens.data(), DType::kI32, {rows, stride});
+    m.sel_count = Tensor(sel_count.data(), DType::kI32, {rows});
+    m.host = host;
+    m.slots = slots;
+    m.first_group = 1;
+    m.capacity = cap;
+    m.resident = Tensor(resident.data(), DType::kI32, {host_pages});
+    m.slot_page = Tensor(slot_page.data(), DType::kI32, {slot_pages});
+    m.slot_len = Tensor(slot_len.data(), DType::kI32, {slot_pages});
+    m.table = Tensor(table.data(), DType::kI32, {static_cast<int64_t>(table.size())});
+    m.fetch = Tensor(fetch.data(), DType::kI32, {static_cast<int64_t>(fetch.size())});
+    m.counters = Tensor(counters, DType::kI32, {4});
+    backend->MapPages(m);
+  };
+  const int64_t* c = reinterpret_cast<const int64_t*>(counters);
+  std::mt19937 rng(7);
+  int64_t lookups = 0;
+  for (int step = 0; step < 40; ++step) {
+    // Row r selects distinct pages of its own half of the host pool.
+    for (int r = 0; r < rows; ++r) {
+      std::set<int32_t> chosen;
+      const int n = 1 + static_cast<int>(rng() % stride);
+      while (static_cast<int>(chosen.size()) < n) chosen.insert(r * 32 + rng() % 10);
+      int i = 0;
+      for (int32_t id : chosen) {
+        sel_ids[r * stride + i] = id;
+        sel_lens[r * stride + i++] = 1 + static_cast<int>(rng() % 2) * (page - 1);
+      }
+      sel_count[r] = n;
+      lookups += n;
+    }
+    const int64_t fetched_before = c[1];
+    map();
+    for (int r = 0; r < rows; ++r) {
+      ASSERT_EQ(table[r + 1] - table[r], sel_count[r]);
+      for (int i = 0; i < sel_count[r]; ++i) {
+        const int32_t s = table[rows + 1 + table[r] + i];
+        const int32_t id = sel_ids[r * stride + i];
+        ASSERT_GE(s, (1 + r) * cap);
+        ASSERT_LT(s, (2 + r) * cap);
+        EXPECT_EQ(table[rows + 1 + rows * stride + table[r] + i], sel_lens[r * stride + i]);
+        EXPECT_EQ(0, std::memcmp(&sk[s * page_elems], &hk[id * page_elems], page_elems * 4));
+        EXPECT_EQ(0, std::memcmp(&sv[s * page_elems], &hv[id * page_elems], page_elems * 4));
+        EXPECT_EQ(spos[s * page], hpos[id * page]);
+      }
+    }
+    EXPECT_EQ(c[0] + c[1], lookups) << "every lookup is a hit or a fetch";
+    // The same selection again: all hits.
+    const int64_t hits = c[0];
+    map();
+    lookups += sel_count[0] + sel_count[1];
+    EXPECT_EQ(c[0] - hits, sel_count[0] + sel_count[1]);
+    EXPECT_GE(c[1], fetched_before);
+  }
+}
+
+}  // namespace
+}  // namespace icecache
