@@ -110,7 +110,10 @@ Status DeviceSelection::Prepare(const KvSequence& seq, bool step) {
   // List changes: entries from the first row's previous tail on (every row of a positional
   // sequence has the same page count), uploaded for all rows in one strided copy per array.
   int64_t lo = most, hi = 0;
-  std::vector<int32_t> to_bound_ids, to_bound_lens;
+  std::vector<int32_t>& to_bound_ids = bound_stage_ids_;
+  std::vector<int32_t>& to_bound_lens = bound_stage_lens_;
+  to_bound_ids.clear();
+  to_bound_lens.clear();
   int32_t* lim = limits_stage_.data_as<int32_t>();
   const int64_t length = seq.length();
   std::fill(planned_tokens_.begin(), planned_tokens_.end(), 0);

@@ -41,7 +41,7 @@ class DeviceSelection {
                                                          Tensor bounds, const WorkingSet& ws);
 
   // Before a decode step whose token already has its page slots in `seq` (step true), or after a
-  // forward pass (step false: only brings bounds and lists up to date, counts nothing).
+  // prefill chunk (step false: only brings bounds and lists up to date, counts nothing).
   Status Prepare(const KvSequence& seq, bool step);
   // Selects `layer`'s pages for the query row `q` ([n_heads * head_dim], backend memory).
   void Select(int layer, const Tensor& q);
@@ -83,6 +83,7 @@ class DeviceSelection {
   std::vector<int32_t> host_ids_, host_lens_;  // [layers * heads, stride_]
   std::vector<int32_t> synced_;                // entries uploaded per row
   std::vector<int32_t> bounded_;               // leading entries with current bounds per row
+  std::vector<int32_t> bound_stage_ids_, bound_stage_lens_;  // pages to summarize this call
   Tensor limits_stage_, counters_host_;
   KvPoolView host_view_;
   int64_t lookups_ = 0;  // pages selected (as counted by the plan: exact for full pages)

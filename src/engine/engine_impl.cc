@@ -228,11 +228,7 @@ Status EngineImpl::AfterForward(SequenceState& state, int64_t first,
   if (!state.index) return Status::Ok();
   // Indexes read and re-arrange the host tier on the host: wait for the device's KV writes.
   if (backend_->device() != Device::kCpu) backend_->Synchronize();
-  ICECACHE_RETURN_IF_ERROR(state.index->OnAppend(state.seq, first, tokens));
-  // Device-side selection summarizes the pages that became selectable now, so that a prompt's
-  // page bounds are made during prefill (part of time to first token), not at the first step.
-  if (state.device_select) return state.device_select->Prepare(state.seq, false);
-  return Status::Ok();
+  return state.index->OnAppend(state.seq, first, tokens);
 }
 
 Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
@@ -260,6 +256,11 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
     }
     state.history.insert(state.history.end(), tokens.begin() + done, tokens.begin() + done + n);
     ICECACHE_RETURN_IF_ERROR(AfterForward(state, start + done, tokens.subspan(done, n)));
+    // Device-side selection summarizes the pages that became selectable, so that a prompt's page
+    // bounds are made during prefill (time to first token), not at the first decode step (whose
+    // own Prepare then only sees that step's changes).
+    if (state.device_select)
+      ICECACHE_RETURN_IF_ERROR(state.device_select->Prepare(state.seq, false));
     done += n;
     if (done == total) {
       const float* row = logits->data_as<float>();
