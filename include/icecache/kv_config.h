@@ -20,6 +20,12 @@ struct KvConfig {
   int dense_layers = 0;  // the first N layers attend densely
   // icecache: prune by centroid/radius bounds so the result equals exhaustive scoring by bound.
   bool exact = false;
+  // icecache: how leaves are ranked. "soft": beam search down the tree, the best leaves scored
+  // by the soft maximum of their keys; "centroid": every leaf (and loose page) by the best q.c of
+  // the group's query heads over its mean key c stored in the KV dtype, a linear scan, as the
+  // device selection does; "auto": centroid when the selection runs in device memory (a GPU),
+  // soft otherwise. --kv-exact (bound) excludes centroid.
+  std::string rank = "auto";
   // icecache: consecutive layers that share one tree and one selection (1: no sharing).
   int reuse_layers = 1;
   // oracle: "page" (best pages by exact max q.k) or "token" (best tokens).

@@ -80,7 +80,11 @@ void Backend::PageBounds(const PageBoundsArgs& args) {
   ICECACHE_CHECK(args.ids.dtype() == DType::kI32 && args.lens.dtype() == DType::kI32);
   ICECACHE_CHECK(args.ids.numel() == args.lens.numel());
   ICECACHE_CHECK(args.bounds.dtype() == args.pool.dtype);
-  ICECACHE_CHECK(args.bounds.numel() == args.pool.num_pages * 2 * args.pool.head_dim);
+  ICECACHE_CHECK(args.bounds.ndim() == 3 && args.bounds.dim(0) == args.pool.num_pages);
+  ICECACHE_CHECK((args.bounds.dim(1) == 1 || args.bounds.dim(1) == 2) &&
+                 args.bounds.dim(2) == args.pool.head_dim);
+  ICECACHE_CHECK(args.resident.empty() || (args.resident.numel() == args.pool.num_pages &&
+                                           args.slot_page.numel() == args.slot_len.numel()));
   DoPageBounds(args);
 }
 
@@ -93,7 +97,7 @@ void Backend::SelectPages(const PageSelectArgs& args) {
   ICECACHE_CHECK(SameShape(args.out_ids, args.out_lens) && args.out_count.numel() == rows);
   ICECACHE_CHECK(rows > 0 && args.n_heads % rows == 0);
   ICECACHE_CHECK(args.q.numel() % args.n_heads == 0);
-  ICECACHE_CHECK(args.bounds.ndim() == 3 && args.bounds.dim(1) == 2);
+  ICECACHE_CHECK(args.bounds.ndim() == 3 && (args.bounds.dim(1) == 1 || args.bounds.dim(1) == 2));
   ICECACHE_CHECK(args.q.numel() == args.n_heads * args.bounds.dim(2));
   DoSelectPages(args);
 }
@@ -111,7 +115,7 @@ void Backend::MapPages(const PageMapArgs& args) {
   ICECACHE_CHECK(args.slot_len.numel() == args.slots.num_pages);
   ICECACHE_CHECK(args.table.numel() >= rows + 1 + 2 * rows * stride);
   ICECACHE_CHECK(args.fetch.numel() >= rows * (1 + 2 * int64_t{args.capacity}));
-  ICECACHE_CHECK(args.counters.dtype() == DType::kI32 && args.counters.numel() == 4);
+  ICECACHE_CHECK(args.counters.dtype() == DType::kI32 && args.counters.numel() == 6);
   DoMapPages(args);
 }
 

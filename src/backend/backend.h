@@ -64,19 +64,26 @@ struct PageBoundsArgs {
   KvPoolView pool;  // the pages' pool (the host tier; mapped host memory on a GPU)
   Tensor ids;       // i32 [n]: pages to summarize
   Tensor lens;      // i32 [n]: keys of each (its first lens[i] rows; at least 1)
-  Tensor bounds;    // [pool pages, 2, head_dim] of the pool's dtype: row `id` = min | max
+  // [pool pages, rows, head_dim] of the pool's dtype, page `id` at [id]: rows 2 = min | max key
+  // per dimension (quest), rows 1 = the mean key (KeyMean in kv/key_mean.h; icecache).
+  Tensor bounds;
+  // Optional (all empty: skipped): a sequence's residency map (PageMapArgs). A summarized page
+  // that sits in one of its slots is marked stale there (slot_len -1: its contents changed), so
+  // that the next MapPages copies it again.
+  Tensor resident, slot_page, slot_len;
 };
 
 // The most entries PageSelectArgs may take between the sink and the window of one row.
 constexpr int kMaxSelectPicks = 2048;
 
 // Arguments of Backend::SelectPages: one query token, rows = the KV heads of one layer. A row's
-// candidate entries [sink_end, window_begin) are ranked by the bound
-// max_g sum_j max(q_gj min_j, q_gj max_j) over the row's query heads (GQA group g), best first,
-// ties to the lower entry; the best min(pages_left, candidates) of them are walked in rank order
-// and each is taken if its tokens fit in what is left of tokens_left. The output row lists
-// entries [0, sink_end), the taken entries in rank order, then entries [window_begin, count): the
-// order of AssembleSelection over Quest's ranking.
+// candidate entries [sink_end, window_begin) are ranked by a score over the row's query heads
+// (GQA group g), best first, ties to the lower entry: with min/max bounds (2 rows per page) the
+// bound max_g sum_j max(q_gj min_j, q_gj max_j), with mean keys (1 row) max_g sum_j q_gj c_j
+// (CentroidScore), entries of no tokens -inf; the best min(pages_left, candidates) of them are
+// walked in rank order and each is taken if its tokens fit in what is left of tokens_left. The
+// output row lists entries [0, sink_end), the taken entries in rank order, then entries
+// [window_begin, count): the order of AssembleSelection over Quest's ranking.
 struct PageSelectArgs {
   Tensor q;          // [n_heads * head_dim] of the activation dtype: the token's query heads
   Tensor list_ids;   // i32 [rows, stride]: each row's candidate pages
@@ -110,7 +117,8 @@ struct PageMapArgs {
   // i32 [rows + 1 + 2 * rows * stride]: indptr | indices (rows * stride) | lens (rows * stride).
   Tensor table;
   Tensor fetch;  // i32 [rows, 1 + 2 * capacity]: scratch (count, then source/slot pairs)
-  // i32 [4], 8-byte aligned: two int64 counters (hits, pages fetched) that the call adds to.
+  // i32 [6], 8-byte aligned: three int64 counters that the call adds to: hits, pages fetched
+  // (stale ones included; hits + fetched = pages listed), tokens listed.
   Tensor counters;
 };
 

@@ -82,6 +82,12 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--kv-exact", kv.exact,
                "icecache: bound-pruned search equal to exhaustive scoring by bound");
+  app.add_option("--kv-rank", kv.rank,
+                 "icecache: rank leaves by soft (beam search, keys scored) or centroid (linear "
+                 "scan of leaf means, as on the device); auto: centroid where selection runs on "
+                 "the GPU")
+      ->check(CLI::IsMember({"auto", "soft", "centroid"}))
+      ->capture_default_str();
   app.add_option("--kv-reuse-layers", kv.reuse_layers,
                  "icecache: consecutive layers sharing one tree and selection")
       ->check(CLI::PositiveNumber);
@@ -102,7 +108,8 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
       ->capture_default_str();
   app.add_option("--kv-select", o->kv_select,
                  "where a sparse policy selects: device (kernels, no host round trip per layer; "
-                 "quest), host (the policy's index on the host), auto (device where supported, "
+                 "quest, and icecache ranking by centroid), host (the policy's index on the host), "
+                 "auto (device where supported, "
                  "on a GPU)")
       ->check(CLI::IsMember({"auto", "device", "host"}))
       ->capture_default_str();

@@ -6,13 +6,20 @@
 
 namespace icecache {
 
-bool DeviceSelection::Supports(const KvConfig& config) { return config.policy == "quest"; }
+bool DeviceSelection::Supports(const KvConfig& config) {
+  if (config.policy == "quest") return true;
+  return config.policy == "icecache" && config.rank == "centroid" && !config.exact &&
+         config.reuse_layers == 1;
+}
 
 Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
     Backend& backend, const KvConfig& config, const KvLayout& layout, int n_layers, int n_heads,
     const PagePool& pool, Tensor bounds, const WorkingSet& ws) {
   if (!Supports(config)) {
     return Unsupported("KV policy '" + config.policy + "' cannot select in device memory");
+  }
+  if (bounds.ndim() != 3 || bounds.dim(1) != BoundRows(config)) {
+    return InvalidArgument("device selection: page summaries of the wrong shape");
   }
   const SelectionLimits lim = LimitsFor(config);
   if (lim.max_pages > kMaxSelectPicks) {
@@ -44,11 +51,11 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
                             backend.Allocate(DType::kI32, {d->heads_ + 1 + 2 * d->heads_ * out}));
   ICECACHE_ASSIGN_OR_RETURN(
       d->fetch_, backend.Allocate(DType::kI32, {d->heads_ * (1 + 2 * int64_t{d->capacity_})}));
-  ICECACHE_ASSIGN_OR_RETURN(d->counters_, backend.Allocate(DType::kI32, {4}));
-  ICECACHE_ASSIGN_OR_RETURN(d->counters_host_, backend.AllocateStaging(DType::kI32, {4}));
+  ICECACHE_ASSIGN_OR_RETURN(d->counters_, backend.Allocate(DType::kI32, {6}));
+  ICECACHE_ASSIGN_OR_RETURN(d->counters_host_, backend.AllocateStaging(DType::kI32, {6}));
   d->synced_.assign(rows, 0);
-  d->bounded_.assign(rows, 0);
-  d->planned_tokens_.assign(n_layers, 0);
+  d->seen_window_.assign(rows, 0);
+  d->seen_stamp_.assign(rows, 0);
   d->planned_nodes_.assign(n_layers, 0);
   ICECACHE_RETURN_IF_ERROR(d->Grow(64));
   d->ResetResidency();
@@ -70,15 +77,22 @@ Status DeviceSelection::Grow(int64_t entries) {
   int64_t stride = std::max<int64_t>(64, stride_);
   while (stride < entries) stride *= 2;
   const int64_t rows = static_cast<int64_t>(layers_) * heads_;
-  std::vector<int32_t> ids(static_cast<size_t>(rows * stride), -1), lens(ids.size(), 0);
+  const size_t size = static_cast<size_t>(rows * stride);
+  std::vector<int32_t> ids(size, -1), lens(size, 0);
+  std::vector<uint32_t> vers(size, 0);
+  std::vector<uint8_t> summarized(size, 0);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t e = 0; e < synced_[r]; ++e) {
       ids[r * stride + e] = host_ids_[r * stride_ + e];
       lens[r * stride + e] = host_lens_[r * stride_ + e];
+      vers[r * stride + e] = host_vers_[r * stride_ + e];
+      summarized[r * stride + e] = host_summarized_[r * stride_ + e];
     }
   }
   host_ids_ = std::move(ids);
   host_lens_ = std::move(lens);
+  host_vers_ = std::move(vers);
+  host_summarized_ = std::move(summarized);
   stride_ = stride;
   ICECACHE_ASSIGN_OR_RETURN(list_ids_, backend_->Allocate(DType::kI32, {rows, stride}));
   ICECACHE_ASSIGN_OR_RETURN(list_lens_, backend_->Allocate(DType::kI32, {rows, stride}));
@@ -90,16 +104,18 @@ Status DeviceSelection::Grow(int64_t entries) {
   return Status::Ok();
 }
 
-Status DeviceSelection::Prepare(const KvSequence& seq, bool step) {
+Status DeviceSelection::Prepare(const KvSequence& seq) {
   const int64_t rows = static_cast<int64_t>(layers_) * heads_;
   if (seq.length() < last_length_) {
     // Truncated: pages may have been freed and handed out again; start over.
     std::fill(synced_.begin(), synced_.end(), 0);
-    std::fill(bounded_.begin(), bounded_.end(), 0);
+    std::fill(seen_window_.begin(), seen_window_.end(), 0);
+    std::fill(seen_stamp_.begin(), seen_stamp_.end(), 0);
     ResetResidency();
   }
   last_length_ = seq.length();
   host_view_ = seq.pool().view();
+  const PagePool& pool = seq.pool();
   int64_t most = 0;
   for (int l = 0; l < layers_; ++l) {
     for (int h = 0; h < heads_; ++h) {
@@ -107,8 +123,7 @@ Status DeviceSelection::Prepare(const KvSequence& seq, bool step) {
     }
   }
   ICECACHE_RETURN_IF_ERROR(Grow(most));
-  // List changes: entries from the first row's previous tail on (every row of a positional
-  // sequence has the same page count), uploaded for all rows in one strided copy per array.
+  // Changed entries [lo, hi) over all rows, uploaded in one strided copy per array.
   int64_t lo = most, hi = 0;
   std::vector<int32_t>& to_bound_ids = bound_stage_ids_;
   std::vector<int32_t>& to_bound_lens = bound_stage_lens_;
@@ -116,49 +131,56 @@ Status DeviceSelection::Prepare(const KvSequence& seq, bool step) {
   to_bound_lens.clear();
   int32_t* lim = limits_stage_.data_as<int32_t>();
   const int64_t length = seq.length();
-  std::fill(planned_tokens_.begin(), planned_tokens_.end(), 0);
   std::fill(planned_nodes_.begin(), planned_nodes_.end(), 0);
   for (int l = 0; l < layers_; ++l) {
     for (int h = 0; h < heads_; ++h) {
       const int64_t r = static_cast<int64_t>(l) * heads_ + h;
+      const int64_t base = r * stride_;
       const std::vector<PageRef>& pages = seq.pages(l, h);
       const int32_t count = static_cast<int32_t>(pages.size());
-      const int32_t from = std::max(0, std::min(synced_[r] - 1, count));
+      // An unchanged stamp: only the last known page and the pages after it may differ.
+      const bool rearranged = seq.stamp(l, h) != seen_stamp_[r];
+      seen_stamp_[r] = seq.stamp(l, h);
+      const int32_t from = rearranged ? 0 : std::max(0, std::min(synced_[r] - 1, count));
       for (int32_t e = from; e < count; ++e) {
-        host_ids_[r * stride_ + e] = pages[e].id;
-        host_lens_[r * stride_ + e] = pages[e].len;
+        const PageRef& p = pages[e];
+        const uint32_t ver = pool.version(p.id);
+        if (e < synced_[r] && host_ids_[base + e] == p.id && host_lens_[base + e] == p.len &&
+            host_vers_[base + e] == ver) {
+          continue;
+        }
+        host_ids_[base + e] = p.id;
+        host_lens_[base + e] = p.len;
+        host_vers_[base + e] = ver;
+        host_summarized_[base + e] = 0;
+        lo = std::min<int64_t>(lo, e);
+        hi = std::max<int64_t>(hi, e + 1);
       }
-      lo = std::min<int64_t>(lo, from);
-      hi = std::max<int64_t>(hi, count);
       synced_[r] = count;
       int32_t* row = lim + r * 5;
       row[0] = count;
       if (length <= limits_.budget && count <= limits_.max_pages) {
         row[1] = row[2] = row[3] = row[4] = 0;  // covered: every entry is "window"
-        planned_tokens_[l] += length;
-        if (step) lookups_ += count;
+        seen_window_[r] = 0;
         continue;
       }
       const ListRegions reg = RegionsOf(seq, l, h, limits_);
-      const int32_t tokens_left = limits_.budget - reg.sink_tokens - reg.window_tokens;
-      const int32_t pages_left = limits_.max_pages - reg.sink_end - (reg.end - reg.window_begin);
       row[1] = reg.sink_end;
       row[2] = reg.window_begin;
-      row[3] = tokens_left;
-      row[4] = pages_left;
-      const int32_t candidates = reg.window_begin - reg.sink_end;
-      const int32_t full =
-          std::max(0, std::min({pages_left, candidates, tokens_left / layout_.page_size}));
-      planned_tokens_[l] +=
-          reg.sink_tokens + reg.window_tokens + static_cast<int64_t>(full) * layout_.page_size;
-      if (step) lookups_ += reg.sink_end + full + (reg.end - reg.window_begin);
-      planned_nodes_[l] += candidates;
-      // Pages that became selectable get their bounds (they no longer change).
-      for (int32_t e = bounded_[r]; e < reg.window_begin; ++e) {
+      row[3] = limits_.budget - reg.sink_tokens - reg.window_tokens;
+      row[4] = limits_.max_pages - reg.sink_end - (reg.end - reg.window_begin);
+      planned_nodes_[l] += reg.window_begin - reg.sink_end;
+      // Selectable pages whose contents are new here get their summary: among the compared
+      // entries and those that left the window since the last call.
+      const int32_t first =
+          std::max(reg.sink_end, rearranged ? 0 : std::min(from, seen_window_[r]));
+      for (int32_t e = first; e < reg.window_begin; ++e) {
+        if (host_summarized_[base + e] || pages[e].len < 1) continue;
+        host_summarized_[base + e] = 1;
         to_bound_ids.push_back(pages[e].id);
         to_bound_lens.push_back(pages[e].len);
       }
-      bounded_[r] = std::max(bounded_[r], reg.window_begin);
+      seen_window_[r] = reg.window_begin;
     }
   }
   if (hi > lo) {
@@ -185,6 +207,9 @@ Status DeviceSelection::Prepare(const KvSequence& seq, bool step) {
     b.ids = bound_ids_.Slice(0, n);
     b.lens = bound_lens_.Slice(0, n);
     b.bounds = bounds_;
+    b.resident = resident_;
+    b.slot_page = slot_page_;
+    b.slot_len = slot_len_;
     backend_->PageBounds(b);
   }
   return Status::Ok();
@@ -237,7 +262,8 @@ Result<WorkingSetCounters> DeviceSelection::Counters(const KvLayout& layout) {
   w.hits = c[0];
   w.pages_fetched = c[1];
   w.bytes_fetched = c[1] * layout.page_bytes();
-  w.lookups = lookups_;
+  w.lookups = c[0] + c[1];  // every listed page is a hit or fetched
+  w.tokens_listed = c[2];
   return w;
 }
 

@@ -1,20 +1,24 @@
-// Selection in the backend's memory for a sequence whose policy ranks pages by their min/max
-// key bound (quest), so that on a GPU a decode step selects, fetches and attends without
-// waiting for the host.
+// Selection in the backend's memory, so that on a GPU a decode step selects, fetches and attends
+// without waiting for the host. Two policies: quest (pages ranked by their min/max key bound) and
+// icecache with rank "centroid" (leaves and loose pages ranked by the group's best q.c over their
+// mean key); the page summaries (BoundRows per page) live in one backend tensor for the pool.
 //
-// The host keeps what it already owns: the page lists (KvSequence) and the regions they imply.
-// Once per step, Prepare uploads what changed since the last step (new list entries and the
-// tail's token count, with one strided copy for all lists), each list's limits (count, sink end,
-// window begin, tokens and pages left), and summarizes with Backend::PageBounds the pages that
-// became selectable (pages of positional lists never change once they leave the tail). Per
-// layer, Select runs Backend::SelectPages on the layer's query row, then Backend::MapPages
-// against this sequence's residency map and the working set's slots; the page table it returns
-// lives in backend memory and feeds the multi-segment attention.
+// The host keeps what it already owns: the page lists (KvSequence), the regions they imply and,
+// for icecache, the tree that arranges tokens into leaf pages. Once per step, Prepare uploads what
+// changed since the last step with one strided copy per array: a list whose stamp is unchanged
+// only gained tokens at its end, so only entries from its previous last page on are compared; a
+// list the index re-arranged (new stamp) is compared entry by entry (page id, token count and
+// page version). It uploads each list's limits (count, sink end, window begin, tokens and pages
+// left), and summarizes with Backend::PageBounds every selectable page whose contents are new to
+// it, marking any resident copy of such a page stale. Per layer, Select runs Backend::SelectPages
+// on the layer's query row, then Backend::MapPages against this sequence's residency map and the
+// working set's slots; the page table it returns lives in backend memory and feeds the
+// multi-segment attention.
 //
-// Requirements: lists in position order (the policy never re-arranges pages), a working set
-// without token scratch, and at most kMaxSelectPicks selectable pages per step. The selection is
-// Quest's: for the same keys and queries it lists the same pages as QuestIndex::Select (tests
-// compare them), up to float rounding of the bound sums.
+// Requirements: a working set without token scratch and at most kMaxSelectPicks selectable pages
+// per step. For the same keys and queries the selection lists the pages of QuestIndex::Select
+// (quest) or of IceCacheIndex::Select with rank centroid (tests compare them), up to float
+// rounding of the score sums (the CPU backend's reference gives them bit for bit).
 #pragma once
 
 #include <cstdint>
@@ -30,8 +34,14 @@ namespace icecache {
 
 class DeviceSelection {
  public:
-  // Whether `config`'s policy can select in backend memory (quest).
+  // Whether `config`'s policy can select in backend memory: quest, or icecache with rank
+  // centroid (not exact, no layer reuse).
   static bool Supports(const KvConfig& config);
+  // Whether the policy keeps its lists in position order (quest), so that a page's summary stays
+  // valid once it left the window.
+  static bool KeepsPositions(const KvConfig& config) { return config.policy == "quest"; }
+  // Rows of the page summary: 2 (min | max key, quest) or 1 (mean key, icecache).
+  static int BoundRows(const KvConfig& config) { return config.policy == "quest" ? 2 : 1; }
 
   // `bounds` (PageBoundsArgs::bounds over the whole pool) is shared by the engine's sequences:
   // every page belongs to one sequence, which summarizes it before selecting it.
@@ -40,20 +50,19 @@ class DeviceSelection {
                                                          int n_heads, const PagePool& pool,
                                                          Tensor bounds, const WorkingSet& ws);
 
-  // Before a decode step whose token already has its page slots in `seq` (step true), or after a
-  // prefill chunk (step false: only brings bounds and lists up to date, counts nothing).
-  Status Prepare(const KvSequence& seq, bool step);
+  // Before a decode step whose token already has its page slots in `seq`, and after prefill
+  // chunks (so that a prompt's pages are summarized during prefill).
+  Status Prepare(const KvSequence& seq);
   // Selects `layer`'s pages for the query row `q` ([n_heads * head_dim], backend memory).
   void Select(int layer, const Tensor& q);
   // Maps the selection into `ws` (fetching what is missing); `table` then views the attention's
   // page table over the working set.
   void Map(int layer, const WorkingSet& ws, PageTableView* table);
 
-  // Tokens each (layer, KV head) of a sparse layer attends at this step, summed over the KV heads
-  // of one layer, and the candidate pages Quest scores (nodes), for the accounting.
-  int64_t planned_tokens(int layer) const { return planned_tokens_[layer]; }
+  // The candidate pages scored at this step for `layer` (nodes), summed over its KV heads.
   int64_t planned_nodes(int layer) const { return planned_nodes_[layer]; }
-  // Hits and pages fetched so far (reads the device counters; waits for the device).
+  // Pages listed, hits, pages fetched and tokens listed so far (reads the device counters;
+  // waits for the device).
   Result<WorkingSetCounters> Counters(const KvLayout& layout);
   // Backend bytes of the lists, limits, residency map and scratch (the shared bounds excluded).
   int64_t device_bytes() const;
@@ -79,15 +88,18 @@ class DeviceSelection {
   Tensor out_ids_, out_lens_, out_count_;
   Tensor resident_, slot_page_, slot_len_, table_, fetch_, counters_;
   Tensor bound_ids_, bound_lens_;
-  // Host side: mirrors of the uploaded lists and the staging of each step's uploads.
-  std::vector<int32_t> host_ids_, host_lens_;  // [layers * heads, stride_]
-  std::vector<int32_t> synced_;                // entries uploaded per row
-  std::vector<int32_t> bounded_;               // leading entries with current bounds per row
+  // Host side: mirrors of the uploaded lists ([layers * heads, stride_]: page id, token count,
+  // page version, whether the page's summary is current) and per row the entries uploaded, the
+  // list stamp and the window start seen last.
+  std::vector<int32_t> host_ids_, host_lens_;
+  std::vector<uint32_t> host_vers_;
+  std::vector<uint8_t> host_summarized_;
+  std::vector<int32_t> synced_, seen_window_;
+  std::vector<uint64_t> seen_stamp_;
   std::vector<int32_t> bound_stage_ids_, bound_stage_lens_;  // pages to summarize this call
   Tensor limits_stage_, counters_host_;
   KvPoolView host_view_;
-  int64_t lookups_ = 0;  // pages selected (as counted by the plan: exact for full pages)
-  std::vector<int64_t> planned_tokens_, planned_nodes_;
+  std::vector<int64_t> planned_nodes_;
 };
 
 }  // namespace icecache

@@ -255,12 +255,10 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
       return logits.status();
     }
     state.history.insert(state.history.end(), tokens.begin() + done, tokens.begin() + done + n);
-    ICECACHE_RETURN_IF_ERROR(AfterForward(state, start + done, tokens.subspan(done, n)));
-    // Device-side selection summarizes the pages that became selectable, so that a prompt's page
-    // bounds are made during prefill (time to first token), not at the first decode step (whose
-    // own Prepare then only sees that step's changes).
-    if (state.device_select)
-      ICECACHE_RETURN_IF_ERROR(state.device_select->Prepare(state.seq, false));
+    // Device-side selection over positional lists summarizes the pages that became selectable
+    // chunk by chunk, while the next chunk computes (their pages never change again).
+    if (state.device_select && DeviceSelection::KeepsPositions(state.kv))
+      ICECACHE_RETURN_IF_ERROR(state.device_select->Prepare(state.seq));
     done += n;
     if (done == total) {
       const float* row = logits->data_as<float>();
@@ -268,6 +266,10 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
     }
     if (callbacks.on_prefill) callbacks.on_prefill(done, total);
   }
+  // The prompt's attention is dense, so the index sees the whole prompt once: one bulk build of
+  // every list instead of one per chunk (or token by token insertion of later chunks).
+  ICECACHE_RETURN_IF_ERROR(AfterForward(state, start, tokens));
+  if (state.device_select) ICECACHE_RETURN_IF_ERROR(state.device_select->Prepare(state.seq));
   return last;
 }
 
@@ -471,13 +473,15 @@ Result<ScoreResult> EngineImpl::ScoreOn(SequenceState& state, const ScoreRequest
 }
 
 Result<std::unique_ptr<SequenceState>> EngineImpl::NewState(const KvConfig* kv) {
-  const KvConfig& config = kv != nullptr ? *kv : options_.kv;
+  KvConfig config = kv != nullptr ? *kv : options_.kv;
   ICECACHE_RETURN_IF_ERROR(config.Validate());
   if (config.page_size != options_.kv.page_size ||
       (config.dtype != "auto" && config.dtype != info_.kv_dtype)) {
     return InvalidArgument("a session's KV page size and dtype must match the engine's (" +
                            std::to_string(options_.kv.page_size) + ", " + info_.kv_dtype + ")");
   }
+  ICECACHE_ASSIGN_OR_RETURN(const bool on_device, SelectsOnDevice(config));
+  if (config.rank == "auto") config.rank = on_device ? "centroid" : "soft";
   auto state = std::make_unique<SequenceState>(pool_.get(), config);
   ICECACHE_ASSIGN_OR_RETURN(state->index, MakeSequenceIndex(IndexFor(config)));
   if (state->index && !pool_->host_accessible()) {
@@ -495,31 +499,42 @@ Result<std::unique_ptr<SequenceState>> EngineImpl::NewState(const KvConfig* kv) 
         state->working_set,
         WorkingSet::Create(*backend_, pool_->layout(), info_.n_layers * info_.n_kv_heads, capacity,
                            scratch));
-    ICECACHE_RETURN_IF_ERROR(StartDeviceSelection(*state));
+    if (on_device) ICECACHE_RETURN_IF_ERROR(StartDeviceSelection(*state));
   }
   return state;
 }
 
-Status EngineImpl::StartDeviceSelection(SequenceState& state) {
+Result<bool> EngineImpl::SelectsOnDevice(const KvConfig& config) const {
+  if (config.policy == "full") return false;
   const std::string& where = options_.kv_select;
-  const bool supported = DeviceSelection::Supports(state.kv) && !state.kv.recall;
+  KvConfig resolved = config;
+  if (resolved.rank == "auto") resolved.rank = "centroid";  // what "auto" becomes on the device
+  const bool supported = DeviceSelection::Supports(resolved) && !config.recall;
   if (where == "host" || (where == "auto" && (backend_->device() == Device::kCpu || !supported))) {
-    return Status::Ok();
+    return false;
   }
   if (!supported) {
-    return Unsupported("--kv-select device: policy '" + state.kv.policy + "' selects on the host" +
-                       (state.kv.recall ? " (and --kv-recall measures there)" : "") +
-                       "; device selection serves quest");
+    return Unsupported(
+        "--kv-select device: policy '" + config.policy + "' selects on the host" +
+        (config.recall ? " (and --kv-recall measures there)" : "") +
+        "; device selection serves quest and icecache (rank centroid, no --kv-exact, no "
+        "--kv-reuse-layers)");
   }
-  if (page_bounds_.empty()) {
-    const KvLayout& l = pool_->layout();
-    ICECACHE_ASSIGN_OR_RETURN(page_bounds_,
-                              backend_->Allocate(l.dtype, {pool_->capacity(), 2, l.head_dim}));
+  return true;
+}
+
+Status EngineImpl::StartDeviceSelection(SequenceState& state) {
+  const KvLayout& l = pool_->layout();
+  const int rows = DeviceSelection::BoundRows(state.kv);
+  Tensor& bounds = page_bounds_[rows - 1];
+  if (bounds.empty()) {
+    ICECACHE_ASSIGN_OR_RETURN(bounds,
+                              backend_->Allocate(l.dtype, {pool_->capacity(), rows, l.head_dim}));
   }
   ICECACHE_ASSIGN_OR_RETURN(
       state.device_select,
       DeviceSelection::Create(*backend_, state.kv, pool_->layout(), info_.n_layers, info_.n_heads,
-                              *pool_, page_bounds_, *state.working_set));
+                              *pool_, bounds, *state.working_set));
   return Status::Ok();
 }
 

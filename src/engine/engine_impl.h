@@ -50,6 +50,9 @@ class EngineImpl : public Engine {
   Result<std::unique_ptr<SequenceState>> NewState(const KvConfig* kv);
   // Gives `state` a DeviceSelection when --kv-select asks for one (or allows it, on a GPU).
   Status StartDeviceSelection(SequenceState& state);
+  // Whether a sequence of `config` selects in device memory (--kv-select and the policy); an
+  // error when --kv-select device asks for what the device cannot do.
+  Result<bool> SelectsOnDevice(const KvConfig& config) const;
   // A copy of `state` (pages and history) under policy `kv`.
   Result<std::unique_ptr<SequenceState>> ForkState(const SequenceState& state, const KvConfig& kv);
 
@@ -81,10 +84,11 @@ class EngineImpl : public Engine {
   std::unique_ptr<SparseAttention> sparse_;
   // Dense attention when the KV is offloaded (null otherwise: the transformer's own).
   std::unique_ptr<StagedAttention> staged_;
+  // Page summaries of device-side selection for the whole pool, by rows per page
+  // (DeviceSelection::BoundRows: [0] mean keys of icecache, [1] min/max keys of quest), allocated
+  // with the first sequence that needs them.
+  Tensor page_bounds_[2];
   // Host threads the sequences' indexes maintain their lists with (one index at a time).
-  // Page bounds of device-side selection, for the whole pool (allocated with the first
-  // sequence that selects on the device).
-  Tensor page_bounds_;
   std::unique_ptr<ThreadPool> index_workers_;
   ModelInfo info_;
 };

@@ -48,6 +48,13 @@ Status KvConfig::Validate() const {
                            std::to_string(page_size) + ")");
   }
   if (reuse_layers < 1) return InvalidArgument("--kv-reuse-layers must be >= 1");
+  if (rank != "auto" && rank != "soft" && rank != "centroid") {
+    return InvalidArgument("--kv-rank must be auto, soft or centroid, not '" + rank + "'");
+  }
+  if (exact && rank == "centroid") {
+    return InvalidArgument(
+        "--kv-exact ranks leaves by their bound; it excludes --kv-rank centroid");
+  }
   if (oracle_unit != "page" && oracle_unit != "token") {
     return InvalidArgument("--kv-oracle-unit must be page or token");
   }
@@ -61,6 +68,7 @@ std::string KvConfig::Describe() const {
                   ", page " + std::to_string(page_size);
   if (dense_layers > 0) d += ", " + std::to_string(dense_layers) + " dense layers";
   if (policy == "icecache" && exact) d += ", exact";
+  if (policy == "icecache" && !exact && rank != "auto") d += ", rank " + rank;
   if (policy == "icecache" && reuse_layers > 1) {
     d += ", layers share selections in groups of " + std::to_string(reuse_layers);
   }

@@ -27,10 +27,10 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
   s.index_bytes = index ? index->MemoryBytes() : 0;
   s.device_select = device_select != nullptr;
   // Its lists, residency and scratch, and the bounds of its pages (kept for the whole pool).
-  s.device_index_bytes =
-      device_select ? device_select->device_bytes() +
-                          seq.num_pages() * 2 * RowBytes(seq.layout().dtype, seq.layout().head_dim)
-                    : 0;
+  s.device_index_bytes = device_select ? device_select->device_bytes() +
+                                             seq.num_pages() * DeviceSelection::BoundRows(kv) *
+                                                 RowBytes(seq.layout().dtype, seq.layout().head_dim)
+                                       : 0;
   s.recall_samples = acct.recall.samples();
   s.recall_mean = acct.recall.Mean();
   s.recall_p10 = acct.recall.Percentile(0.1);
@@ -38,8 +38,12 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
   if (acct.steps == 0) return s;
   const double steps = static_cast<double>(acct.steps);
   if (acct.sparse_layer_steps > 0) {
-    s.tokens_attended =
-        acct.tokens_sparse / (static_cast<double>(acct.sparse_layer_steps) * n_kv_heads);
+    // Device-side selection counts the tokens it lists in device memory.
+    const double sparse_tokens =
+        device_select
+            ? static_cast<double>(WorkingSetNow().tokens_listed - acct.ws_start.tokens_listed)
+            : acct.tokens_sparse;
+    s.tokens_attended = sparse_tokens / (static_cast<double>(acct.sparse_layer_steps) * n_kv_heads);
     s.nodes_visited = static_cast<double>(acct.nodes) /
                       (static_cast<double>(acct.sparse_layer_steps) * n_kv_heads);
   }

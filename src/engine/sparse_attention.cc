@@ -25,7 +25,7 @@ Status SparseAttention::Prepare(const StepContext& step) {
     }
   }
   for (SequenceState* st : states_) {
-    if (st->device_select) ICECACHE_RETURN_IF_ERROR(st->device_select->Prepare(st->seq, true));
+    if (st->device_select) ICECACHE_RETURN_IF_ERROR(st->device_select->Prepare(st->seq));
   }
   positions_ = step.positions;
   if (row_base_.empty()) {
@@ -152,8 +152,7 @@ Status SparseAttention::AttendDeviceSelected(int layer, const Tensor& q, const T
     acct.fetch_s += t2 - t1;
     acct.attend_s += t3 - t2;
   }
-  acct.tokens_sparse += static_cast<double>(sel.planned_tokens(layer));
-  acct.nodes += sel.planned_nodes(layer);
+  acct.nodes += sel.planned_nodes(layer);  // tokens: the device counters (SequenceState::Stats)
   ++acct.sparse_layer_steps;
   return Status::Ok();
 }

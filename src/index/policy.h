@@ -53,7 +53,8 @@ class SequenceIndex {
   virtual ~SequenceIndex() = default;
 
   // Tokens [first, seq.length()) were appended to every layer (their K/V are in the pages);
-  // `tokens` are their ids. Called after every forward pass.
+  // `tokens` are their ids. Called after every decode step and once after a whole prompt (its
+  // prefill chunks attend densely, so the index sees the prompt at once).
   virtual Status OnAppend(KvSequence& seq, int64_t first, std::span<const int32_t> tokens) = 0;
 
   // Pages to attend at this decode step of `layer`. `q` holds the layer's n_heads query

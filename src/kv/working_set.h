@@ -24,6 +24,7 @@ struct WorkingSetCounters {
   int64_t pages_fetched = 0;  // pages copied in
   int64_t bytes_fetched = 0;
   int64_t rows_gathered = 0;  // single token rows copied (token-level selection)
+  int64_t tokens_listed = 0;  // tokens of the mapped pages (kept by device-side selection only)
 };
 
 class WorkingSet {

@@ -1,8 +1,9 @@
 // The device-side selection kernels (PageBounds, SelectPages, MapPages) against the CPU
-// reference ops on the same bf16 data. Keys and queries are multiples of 1/4 in [-2, 2], so
-// every bound sum is exact in f32 whatever the summation order: scores tie often and the
-// tie-breaking (lower entry first) is checked too. Then, through the engine on the GPU, quest
-// selecting on the device against quest selecting on the host.
+// reference ops on the same bf16 data, with min/max bounds (quest) and mean keys (icecache).
+// Keys and queries are multiples of 1/4 in [-2, 2] and mean keys average 1, 2, 4, 8 or 16 keys,
+// so every bound, mean and score is exact in f32 (and bf16) whatever the summation order: scores
+// tie often and the tie-breaking (lower entry first) is checked too. Then, through the engine on
+// the GPU, quest and icecache selecting on the device against selecting on the host.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -68,20 +69,23 @@ std::vector<uint16_t> ToHostU16(Backend& b, const Tensor& t) {
   return out;
 }
 
-TEST(CudaPageSelect, KernelsMatchTheCpuReference) {
+// `bound_rows`: 2 for min/max bounds, 1 for mean keys.
+void CheckKernels(int bound_rows) {
   ICECACHE_CUDA_OR_SKIP(gpu);
   auto cpu = MakeCpuBackend({.threads = 1});
   std::mt19937 rng(11);
   Pool host = MakePool(*gpu, kHostPages, &rng, true);
 
-  // Bounds of every page, with random token counts.
+  // Summaries of every page, with random token counts (powers of two for means).
   std::vector<int32_t> ids(kHostPages), lens(kHostPages);
   std::iota(ids.begin(), ids.end(), 0);
-  for (int32_t& l : lens) l = 1 + static_cast<int>(rng() % kPage);
-  const int64_t bound_elems = int64_t{kHostPages} * 2 * kDim;
+  for (int32_t& l : lens) {
+    l = bound_rows == 2 ? 1 + static_cast<int>(rng() % kPage) : 1 << (rng() % 5);
+  }
+  const int64_t bound_elems = int64_t{kHostPages} * bound_rows * kDim;
   std::vector<uint16_t> cpu_bounds(bound_elems);
-  Tensor cb(cpu_bounds.data(), DType::kBF16, {kHostPages, 2, kDim});
-  Tensor gb = gpu->Allocate(DType::kBF16, {kHostPages, 2, kDim}).value();
+  Tensor cb(cpu_bounds.data(), DType::kBF16, {kHostPages, bound_rows, kDim});
+  Tensor gb = gpu->Allocate(DType::kBF16, {kHostPages, bound_rows, kDim}).value();
   cpu->PageBounds({host.View(false, kHostPages), testing::I32Tensor(ids, {kHostPages}),
                    testing::I32Tensor(lens, {kHostPages}), cb});
   gpu->PageBounds({host.View(true, kHostPages), I32ToDevice(*gpu, ids, {kHostPages}),
@@ -97,8 +101,8 @@ TEST(CudaPageSelect, KernelsMatchTheCpuReference) {
   Tensor g_resident = I32ToDevice(*gpu, resident, {kHostPages});
   Tensor g_slot_page = I32ToDevice(*gpu, slot_page, {groups * cap});
   Tensor g_slot_len = I32ToDevice(*gpu, slot_len, {groups * cap});
-  alignas(8) int32_t c_counters[4] = {0, 0, 0, 0};
-  Tensor g_counters = I32ToDevice(*gpu, {0, 0, 0, 0}, {4});
+  alignas(8) int32_t c_counters[6] = {0, 0, 0, 0, 0, 0};
+  Tensor g_counters = I32ToDevice(*gpu, {0, 0, 0, 0, 0, 0}, {6});
   const int64_t table_n = rows + 1 + 2 * rows * out_stride;
   std::vector<int32_t> c_table(table_n), c_fetch(rows * (1 + 2 * cap));
   Tensor g_table = gpu->Allocate(DType::kI32, {table_n}).value();
@@ -187,7 +191,7 @@ TEST(CudaPageSelect, KernelsMatchTheCpuReference) {
     m.slot_len = Tensor(slot_len.data(), DType::kI32, {groups * cap});
     m.table = Tensor(c_table.data(), DType::kI32, {table_n});
     m.fetch = Tensor(c_fetch.data(), DType::kI32, {static_cast<int64_t>(c_fetch.size())});
-    m.counters = Tensor(c_counters, DType::kI32, {4});
+    m.counters = Tensor(c_counters, DType::kI32, {6});
     cpu->MapPages(m);
     PageMapArgs gm = m;
     gm.sel_ids = g.out_ids.Slice(0, rows_mapped);
@@ -211,7 +215,7 @@ TEST(CudaPageSelect, KernelsMatchTheCpuReference) {
     }
     EXPECT_EQ(I32ToHost(*gpu, g_resident), resident);
     EXPECT_EQ(I32ToHost(*gpu, g_slot_page), slot_page);
-    EXPECT_EQ(I32ToHost(*gpu, g_counters), std::vector<int32_t>(c_counters, c_counters + 4));
+    EXPECT_EQ(I32ToHost(*gpu, g_counters), std::vector<int32_t>(c_counters, c_counters + 6));
     // The device slots hold what the CPU slots hold, for every mapped slot.
     const std::vector<uint16_t> gk = ToHostU16(*gpu, slots.dk);
     for (int i = 0; i < total; ++i) {
@@ -219,25 +223,47 @@ TEST(CudaPageSelect, KernelsMatchTheCpuReference) {
       ASSERT_EQ(0, std::memcmp(&gk[s0], &slots.k[s0], kPage * kDim * 2)) << "slot entry " << i;
     }
   }
+  // Summarizing pages with a residency map marks their resident copies stale, on both.
+  std::vector<int32_t> again(ids.begin(), ids.begin() + kHostPages / 2);
+  const int64_t half = kHostPages / 2;
+  cpu->PageBounds(
+      {host.View(false, kHostPages), testing::I32Tensor(again, {half}),
+       testing::I32Tensor(std::vector<int32_t>(lens.begin(), lens.begin() + half), {half}), cb,
+       Tensor(resident.data(), DType::kI32, {kHostPages}),
+       Tensor(slot_page.data(), DType::kI32, {groups * cap}),
+       Tensor(slot_len.data(), DType::kI32, {groups * cap})});
+  gpu->PageBounds(
+      {host.View(true, kHostPages), I32ToDevice(*gpu, again, {half}),
+       I32ToDevice(*gpu, std::vector<int32_t>(lens.begin(), lens.begin() + half), {half}), gb,
+       g_resident, g_slot_page, g_slot_len});
+  EXPECT_EQ(I32ToHost(*gpu, g_slot_len), slot_len);
+  EXPECT_GT(std::count(slot_len.begin(), slot_len.end(), -1), 0);
   const int64_t* c = reinterpret_cast<const int64_t*>(c_counters);
-  std::printf("[ page select ] %lld hits, %lld fetched over 12 steps\n",
-              static_cast<long long>(c[0]), static_cast<long long>(c[1]));
+  std::printf("[ page select, %d bound rows ] %lld hits, %lld fetched, %lld tokens over 12 steps\n",
+              bound_rows, static_cast<long long>(c[0]), static_cast<long long>(c[1]),
+              static_cast<long long>(c[2]));
   EXPECT_GT(c[0], 0);
   EXPECT_GT(c[1], 0);
+  EXPECT_GT(c[2], c[0] + c[1]);
 }
 
-// Quest on the GPU selecting on the device against selecting on the host (same engine shape).
-TEST(CudaPageSelect, QuestOnTheDeviceAgreesWithQuestOnTheHost) {
+TEST(CudaPageSelect, KernelsMatchTheCpuReferenceWithMinMaxBounds) { CheckKernels(2); }
+TEST(CudaPageSelect, KernelsMatchTheCpuReferenceWithMeanKeys) { CheckKernels(1); }
+
+// A policy on the GPU selecting on the device against selecting on the host (same engine
+// shape); icecache on the host ranks by centroid as the device does.
+void CompareDeviceAndHost(const std::string& policy) {
   ICECACHE_CUDA_OR_SKIP(gpu);
   gpu.reset();
   EngineOptions o{
       .device = "cuda", .context_size = 2048, .prefill_chunk = 256, .synthetic = "tiny"};
-  o.kv.policy = "quest";
+  o.kv.policy = policy;
   o.kv.budget = 256;
   o.kv_offload = "on";
   o.kv_timing = true;
   EngineOptions h = o;
   h.kv_select = "host";
+  h.kv.rank = "centroid";
   o.kv_select = "device";
   auto dev = Engine::Create(o);
   auto host = Engine::Create(h);
@@ -261,16 +287,22 @@ TEST(CudaPageSelect, QuestOnTheDeviceAgreesWithQuestOnTheHost) {
     }
   }
   std::printf(
-      "[ tiny ] quest budget 256: device vs host selection: top-1 equal at %d of %zu steps, "
-      "max |diff| %.3g; device: %.1f tokens, hit rate %.2f, select %.3f ms, fetch %.3f ms, "
-      "attend %.3f ms per step\n",
-      same, a->logprobs.size(), worst, a->kv.tokens_attended, a->kv.hit_rate,
-      a->kv.select_seconds * 1e3, a->kv.fetch_seconds * 1e3, a->kv.attend_seconds * 1e3);
+      "[ tiny ] %s budget 256: device vs host selection: top-1 equal at %d of %zu steps, "
+      "max |diff| %.3g; device: %.1f tokens (host %.1f), hit rate %.2f, select %.3f ms, fetch "
+      "%.3f ms, attend %.3f ms per step\n",
+      policy.c_str(), same, a->logprobs.size(), worst, a->kv.tokens_attended, b->kv.tokens_attended,
+      a->kv.hit_rate, a->kv.select_seconds * 1e3, a->kv.fetch_seconds * 1e3,
+      a->kv.attend_seconds * 1e3);
   EXPECT_EQ(same, static_cast<int>(a->logprobs.size()));
   EXPECT_LT(worst, 1e-3);
   EXPECT_DOUBLE_EQ(a->kv.tokens_attended, b->kv.tokens_attended);
   EXPECT_GT(a->kv.select_seconds, 0.0);
   EXPECT_GT(a->kv.hit_rate, 0.0);
+}
+
+TEST(CudaPageSelect, QuestOnTheDeviceAgreesWithQuestOnTheHost) { CompareDeviceAndHost("quest"); }
+TEST(CudaPageSelect, IceCacheOnTheDeviceAgreesWithIceCacheOnTheHost) {
+  CompareDeviceAndHost("icecache");
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 //   QuestIndex's order;
 // - through the engine, quest selecting on the "device" gives bit for bit the logits of quest
 //   selecting on the host (same pages, same order), and a covering budget gives full attention;
+// - icecache with rank centroid selecting on the "device" (its lists re-arranged into leaf pages
+//   by bulk builds, insertions and splits between steps) gives bit for bit the logits and tokens
+//   attended of icecache rank centroid on the host; "auto" on a device resolves to rank centroid;
 // - MapPages keeps the working set's slots equal to the selected host pages over random steps,
 //   counts a repeated selection as all hits, and evicts only unselected pages;
 // - unsupported combinations are clear errors.
@@ -86,6 +89,46 @@ TEST_F(DeviceSelectionTest, QuestOnTheDeviceEqualsQuestOnTheHostBitForBit) {
   }
 }
 
+TEST_F(DeviceSelectionTest, IceCacheCentroidOnTheDeviceEqualsTheHostBitForBit) {
+  const ScoreRequest r{Tokens(420, 5), Tokens(40, 6), true};
+  for (int budget : {32, 64, 128}) {
+    SCOPED_TRACE(budget);
+    KvConfig ice = Quest(budget);
+    ice.policy = "icecache";
+    ice.rank = "centroid";
+    auto host = Make(ice, "host");
+    ice.rank = "auto";  // becomes centroid where the selection runs on the device
+    auto device = Make(ice, "device");
+    ASSERT_TRUE(host.ok() && device.ok());
+    auto want = (*host)->Score(r);
+    auto got = (*device)->Score(r);
+    ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
+    ExpectSameLogits(*got, *want);
+    EXPECT_TRUE(got->kv.device_select);
+    EXPECT_NE(got->kv.policy.find("rank centroid"), std::string::npos) << got->kv.policy;
+    EXPECT_DOUBLE_EQ(got->kv.tokens_attended, want->kv.tokens_attended);
+    EXPECT_LE(got->kv.tokens_attended, budget);
+    EXPECT_DOUBLE_EQ(got->kv.nodes_visited, want->kv.nodes_visited);
+    EXPECT_GT(got->kv.pages_fetched, 0.0);
+    EXPECT_GT(got->kv.hit_rate, 0.0);
+  }
+}
+
+TEST_F(DeviceSelectionTest, IceCacheCoveringBudgetEqualsFullAttention) {
+  const ScoreRequest r{Tokens(150, 7), Tokens(40, 8), true};
+  KvConfig full;
+  full.page_size = 8;
+  KvConfig ice = Quest(512);
+  ice.policy = "icecache";
+  auto dense = Make(full, "auto");
+  auto device = Make(ice, "device");
+  ASSERT_TRUE(dense.ok() && device.ok());
+  auto want = (*dense)->Score(r);
+  auto got = (*device)->Score(r);
+  ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
+  ExpectSameLogits(*got, *want);
+}
+
 TEST_F(DeviceSelectionTest, CoveringBudgetEqualsFullAttention) {
   const ScoreRequest r{Tokens(150, 1), Tokens(40, 2), true};
   KvConfig full;
@@ -100,13 +143,18 @@ TEST_F(DeviceSelectionTest, CoveringBudgetEqualsFullAttention) {
 }
 
 TEST_F(DeviceSelectionTest, UnsupportedCombinationsAreClearErrors) {
-  KvConfig ice = Quest(64);
-  ice.policy = "icecache";
-  auto engine = Make(ice, "device");
-  ASSERT_TRUE(engine.ok());
-  auto session = (*engine)->NewSession();
-  ASSERT_FALSE(session.ok());
-  EXPECT_NE(session.status().message().find("--kv-select device"), std::string::npos);
+  for (const char* what : {"lychee", "exact", "soft"}) {
+    SCOPED_TRACE(what);
+    KvConfig kv = Quest(64);
+    kv.policy = std::string(what) == "lychee" ? "lychee" : "icecache";
+    kv.exact = std::string(what) == "exact";
+    if (std::string(what) == "soft") kv.rank = "soft";
+    auto engine = Make(kv, "device");
+    ASSERT_TRUE(engine.ok());
+    auto session = (*engine)->NewSession();
+    ASSERT_FALSE(session.ok());
+    EXPECT_NE(session.status().message().find("--kv-select device"), std::string::npos);
+  }
   auto bad = Make(Quest(64), "gpu");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("--kv-select"), std::string::npos);
@@ -226,7 +274,7 @@ TEST(MapPagesTest, SlotsHoldTheSelectedPagesAndRepeatsAreHits) {
   KvPoolView slots{sk.data(), sv.data(), spos.data(), DType::kF32, slot_pages, page, dim};
   std::vector<int32_t> resident(host_pages, -1), slot_page(slot_pages, -1), slot_len(slot_pages, 0);
   std::vector<int32_t> table(rows + 1 + 2 * rows * stride), fetch(rows * (1 + 2 * cap));
-  alignas(8) int32_t counters[4] = {0, 0, 0, 0};
+  alignas(8) int32_t counters[6] = {0, 0, 0, 0, 0, 0};
   std::vector<int32_t> sel_ids(rows * stride), sel_lens(rows * stride), sel_count(rows);
   auto map = [&] {
     PageMapArgs m;
@@ -242,7 +290,7 @@ TEST(MapPagesTest, SlotsHoldTheSelectedPagesAndRepeatsAreHits) {
     m.slot_len = Tensor(slot_len.data(), DType::kI32, {slot_pages});
     m.table = Tensor(table.data(), DType::kI32, {static_cast<int64_t>(table.size())});
     m.fetch = Tensor(fetch.data(), DType::kI32, {static_cast<int64_t>(fetch.size())});
-    m.counters = Tensor(counters, DType::kI32, {4});
+    m.counters = Tensor(counters, DType::kI32, {6});
     backend->MapPages(m);
   };
   const int64_t* c = reinterpret_cast<const int64_t*>(counters);
@@ -284,6 +332,33 @@ TEST(MapPagesTest, SlotsHoldTheSelectedPagesAndRepeatsAreHits) {
     lookups += sel_count[0] + sel_count[1];
     EXPECT_EQ(c[0] - hits, sel_count[0] + sel_count[1]);
     EXPECT_GE(c[1], fetched_before);
+    // A selected page gets new contents (same token count): summarizing it with the residency
+    // map marks its copy stale, so the next map copies it again instead of counting a hit.
+    const int32_t changed = sel_ids[0];
+    for (int64_t e = 0; e < page_elems; ++e) hk[changed * page_elems + e] += 1000.0f;
+    std::vector<float> means(static_cast<size_t>(host_pages) * dim);
+    int32_t id_arg = changed, len_arg = sel_lens[0];
+    PageBoundsArgs b{host,
+                     Tensor(&id_arg, DType::kI32, {1}),
+                     Tensor(&len_arg, DType::kI32, {1}),
+                     Tensor(means.data(), DType::kF32, {host_pages, 1, dim}),
+                     Tensor(resident.data(), DType::kI32, {host_pages}),
+                     Tensor(slot_page.data(), DType::kI32, {slot_pages}),
+                     Tensor(slot_len.data(), DType::kI32, {slot_pages})};
+    backend->PageBounds(b);
+    EXPECT_EQ(slot_len[resident[changed]], -1);
+    // The mean key of its first len rows.
+    for (int j = 0; j < dim; ++j) {
+      float sum = 0;
+      for (int t = 0; t < len_arg; ++t) sum += hk[changed * page_elems + t * dim + j];
+      EXPECT_EQ(means[changed * dim + j], sum / static_cast<float>(len_arg));
+    }
+    const int64_t fetched = c[1];
+    map();
+    lookups += sel_count[0] + sel_count[1];
+    EXPECT_EQ(c[1] - fetched, 1);
+    const int32_t s = table[rows + 1];
+    EXPECT_EQ(0, std::memcmp(&sk[s * page_elems], &hk[changed * page_elems], page_elems * 4));
   }
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sparse KV policies on an H200 with the KV offloaded (issue 6): the host tier in pinned host
-# memory, selection on the device (quest, --kv-select device) or on the host (the others, or a
-# policy written "name:host"), the device working set and the multi-segment decode kernel.
+# memory, selection on the device (quest and icecache, --kv-select auto) or on the host (lychee,
+# or a policy written "name:host"), the device working set and the multi-segment decode kernel.
 # One run: build (or unpack a bundle from make_bundle.sh), the offload tests, a memcheck of a
 # sparse generation, the needle eval of SmolLM2 on the GPU (same settings as the CPU run of
 # docs/ACCURACY.md), and batch-1 decode benchmarks on the Llama-3.1-8B shape (synthetic
@@ -82,7 +82,7 @@ if [[ $BENCH == 1 ]]; then
         p=${spec%%:*} where=auto
         [[ $spec == *:* ]] && where=${spec#*:}
         runs=("")
-        [[ $p == quest && $where != host ]] && runs=("" "--kv-timing")
+        [[ ($p == quest || $p == icecache) && $where != host ]] && runs=("" "--kv-timing")
         for extra in "${runs[@]}"; do
           step "Llama-3.1-8B shape, context $ctx: $p budget $b, KV offloaded, select $where $extra"
           timeout "$LIMIT" "$BIN" bench "${SYN[@]}" --contexts "$ctx" --kv-policy "$p" \

@@ -4,6 +4,7 @@
 # JSON of each run is kept in OUT_DIR, and tools/meas/recall_table.py turns them into a table.
 #
 #   tools/meas/recall_runs.sh BUILD_DIR PROMPT_FILE OUT_DIR [POLICIES] [BUDGETS] [TOKENS]
+# A policy written icecache:RANK runs with --kv-rank RANK.
 set -u
 build=${1:?build dir}
 prompt=${2:?prompt file}
@@ -27,8 +28,11 @@ run() {  # name, extra args...
 }
 [ -e "$out/full.json" ] || run full --kv-policy full
 for b in $budgets; do
-  for p in $policies; do
-    [ -s "$out/${p}_$b.json" ] && continue
-    run "${p}_$b" --kv-policy "$p" --kv-budget "$b"
+  for spec in $policies; do  # a policy, or icecache:RANK (--kv-rank RANK)
+    p=${spec%%:*} extra=()
+    [[ $spec == *:* ]] && extra=(--kv-rank "${spec#*:}")
+    name=${spec/:/-}
+    [ -s "$out/${name}_$b.json" ] && continue
+    run "${name}_$b" --kv-policy "$p" --kv-budget "$b" "${extra[@]}"
   done
 done

@@ -8,6 +8,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
 #include "core/half.h"
+#include "kv/key_mean.h"
 
 namespace icecache::cpu {
 
@@ -29,6 +30,15 @@ float LoadElem(const void* base, DType t, int64_t i) {
 
 int64_t ElemBytes(DType t) { return t == DType::kF32 ? 4 : 2; }
 
+// Writes `v` (already representable in `t`) as element i of `base`.
+void StoreElem(void* base, DType t, int64_t i, float v) {
+  if (t == DType::kF32) {
+    static_cast<float*>(base)[i] = v;
+  } else {
+    static_cast<uint16_t*>(base)[i] = t == DType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
+  }
+}
+
 struct Limits {
   int count, sink_end, window_begin, tokens_left, pages_left;
 };
@@ -45,19 +55,34 @@ Limits RowLimits(const int32_t* l, int stride) {
 
 void PageBoundsCpu(const PageBoundsArgs& a) {
   const int64_t d = a.pool.head_dim, n = a.ids.numel();
+  const int64_t rows = a.bounds.dim(1);
   const int32_t* ids = a.ids.data_as<const int32_t>();
   const int32_t* lens = a.lens.data_as<const int32_t>();
   const int64_t eb = ElemBytes(a.pool.dtype);
+  std::vector<float> keys, mean(d);
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = ids[i];
     ICECACHE_CHECK(id >= 0 && id < a.pool.num_pages && lens[i] >= 1);
-    const int64_t keys = std::min<int64_t>(lens[i], a.pool.page_size);
+    const int64_t count = std::min<int64_t>(lens[i], a.pool.page_size);
     const int64_t page = static_cast<int64_t>(id) * a.pool.page_size * d;
-    char* out = static_cast<char*>(a.bounds.data()) + static_cast<int64_t>(id) * 2 * d * eb;
+    char* out = static_cast<char*>(a.bounds.data()) + static_cast<int64_t>(id) * rows * d * eb;
+    if (!a.resident.empty()) {
+      const int32_t s = a.resident.data_as<const int32_t>()[id];
+      if (s >= 0 && s < a.slot_page.numel() && a.slot_page.data_as<const int32_t>()[s] == id) {
+        a.slot_len.data_as<int32_t>()[s] = -1;
+      }
+    }
+    if (rows == 1) {
+      keys.resize(static_cast<size_t>(count * d));
+      for (int64_t e = 0; e < count * d; ++e) keys[e] = LoadElem(a.pool.k, a.pool.dtype, page + e);
+      KeyMean(keys.data(), static_cast<int>(count), static_cast<int>(d), a.pool.dtype, mean.data());
+      for (int64_t j = 0; j < d; ++j) StoreElem(out, a.pool.dtype, j, mean[j]);
+      continue;
+    }
     for (int64_t j = 0; j < d; ++j) {
       // Copy the stored bytes of the extreme values: bounds are stored values, exactly.
       int64_t lo = page + j, hi = page + j;
-      for (int64_t t = 1; t < keys; ++t) {
+      for (int64_t t = 1; t < count; ++t) {
         const int64_t e = page + t * d + j;
         const float v = LoadElem(a.pool.k, a.pool.dtype, e);
         if (v < LoadElem(a.pool.k, a.pool.dtype, lo)) lo = e;
@@ -75,6 +100,7 @@ void SelectPagesCpu(const PageSelectArgs& a) {
   const int stride = static_cast<int>(a.list_ids.dim(1));
   const int out_stride = static_cast<int>(a.out_ids.dim(1));
   const int d = static_cast<int>(a.bounds.dim(2));
+  const int64_t bound_rows = a.bounds.dim(1);
   const int group = a.n_heads / rows;
   const int64_t bound_pages = a.bounds.dim(0);
   const int32_t* list_ids = a.list_ids.data_as<const int32_t>();
@@ -82,6 +108,7 @@ void SelectPagesCpu(const PageSelectArgs& a) {
   std::vector<float> q(static_cast<size_t>(a.q.numel()));
   for (int64_t i = 0; i < a.q.numel(); ++i) q[i] = LoadElem(a.q.data(), a.q.dtype(), i);
   std::vector<int32_t> order, taken;
+  std::vector<float> c(d);
   for (int r = 0; r < rows; ++r) {
     const Limits lim = RowLimits(a.limits.data_as<const int32_t>() + r * 5, stride);
     const int64_t base = static_cast<int64_t>(r) * stride;
@@ -89,17 +116,22 @@ void SelectPagesCpu(const PageSelectArgs& a) {
     for (int e = lim.sink_end; e < lim.window_begin; ++e) {
       const int32_t id = list_ids[base + e];
       float best = -std::numeric_limits<float>::infinity();
-      if (id >= 0 && id < bound_pages) {
-        const int64_t b = static_cast<int64_t>(id) * 2 * d;
-        for (int g = 0; g < group; ++g) {
-          const float* qg = q.data() + static_cast<int64_t>(r * group + g) * d;
-          float s = 0;
-          for (int j = 0; j < d; ++j) {
-            const float lo = LoadElem(a.bounds.data(), a.bounds.dtype(), b + j);
-            const float hi = LoadElem(a.bounds.data(), a.bounds.dtype(), b + d + j);
-            s += std::max(qg[j] * lo, qg[j] * hi);
+      if (id >= 0 && id < bound_pages && list_lens[base + e] > 0) {
+        const int64_t b = static_cast<int64_t>(id) * bound_rows * d;
+        if (bound_rows == 1) {
+          for (int j = 0; j < d; ++j) c[j] = LoadElem(a.bounds.data(), a.bounds.dtype(), b + j);
+          best = CentroidScore(q.data() + static_cast<int64_t>(r * group) * d, group, d, c.data());
+        } else {
+          for (int g = 0; g < group; ++g) {
+            const float* qg = q.data() + static_cast<int64_t>(r * group + g) * d;
+            float s = 0;
+            for (int j = 0; j < d; ++j) {
+              const float lo = LoadElem(a.bounds.data(), a.bounds.dtype(), b + j);
+              const float hi = LoadElem(a.bounds.data(), a.bounds.dtype(), b + d + j);
+              s += std::max(qg[j] * lo, qg[j] * hi);
+            }
+            best = std::max(best, s);
           }
-          best = std::max(best, s);
         }
       }
       scores[e] = best;
@@ -199,6 +231,7 @@ void MapPagesCpu(const PageMapArgs& a) {
     }
     counters[1] += static_cast<int64_t>(copies.size());
     for (int i = 0; i < n; ++i) {
+      counters[2] += lens[i];
       indices[indptr[r] + i] = slot_of[i];
       table_lens[indptr[r] + i] = lens[i];
       slot_len[slot_of[i]] = lens[i];

@@ -206,11 +206,24 @@ void CudaBackend::DoPageBounds(const PageBoundsArgs& args) {
   OnDevice(args.lens);
   OnDevice(args.bounds);
   ICECACHE_CHECK_MSG(args.pool.dtype == DType::kBF16, "CUDA PageBounds: the KV pool must be bf16");
-  CheckCuda(kernels::LaunchPageBounds(
-                stream(), args.pool.k, args.pool.num_pages, args.pool.page_size, args.pool.head_dim,
-                args.ids.data_as<const int32_t>(), args.lens.data_as<const int32_t>(),
-                args.ids.numel(), args.bounds.data()),
-            "PageBounds");
+  kernels::PageBoundsParams p;
+  p.pool_k = args.pool.k;
+  p.pool_pages = args.pool.num_pages;
+  p.page_size = args.pool.page_size;
+  p.head_dim = args.pool.head_dim;
+  p.ids = args.ids.data_as<const int32_t>();
+  p.lens = args.lens.data_as<const int32_t>();
+  p.n = args.ids.numel();
+  p.bounds = args.bounds.data();
+  p.rows = static_cast<int>(args.bounds.dim(1));
+  if (!args.resident.empty()) {
+    for (const Tensor* t : {&args.resident, &args.slot_page, &args.slot_len}) OnDevice(*t);
+    p.resident = args.resident.data_as<const int32_t>();
+    p.slot_page = args.slot_page.data_as<const int32_t>();
+    p.slot_len = args.slot_len.data_as<int32_t>();
+    p.slot_pages = args.slot_page.numel();
+  }
+  CheckCuda(kernels::LaunchPageBounds(stream(), p), "PageBounds");
 }
 
 void CudaBackend::DoSelectPages(const PageSelectArgs& args) {
@@ -228,6 +241,7 @@ void CudaBackend::DoSelectPages(const PageSelectArgs& args) {
   p.limits = args.limits.data_as<const int32_t>();
   p.bounds = args.bounds.data();
   p.bound_pages = args.bounds.dim(0);
+  p.bound_rows = static_cast<int>(args.bounds.dim(1));
   p.scores = args.scores.data_as<float>();
   p.out_ids = args.out_ids.data_as<int32_t>();
   p.out_lens = args.out_lens.data_as<int32_t>();

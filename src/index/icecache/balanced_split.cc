@@ -11,6 +11,9 @@ namespace icecache::ice {
 namespace {
 
 constexpr int kIters = 8;
+// Sets larger than this fit their two centres on an evenly strided sample of this many points;
+// every point is then placed once against the fitted centres.
+constexpr int kSample = 2048;
 
 // A centre in k' space: [dim] coordinates plus the extra one.
 struct Centre {
@@ -22,21 +25,58 @@ float SqDistTo(const LiftedPoints& p, int32_t i, const Centre& c) {
   return LiftedSqDist(p.row(i), p.ext[i], c.c.data(), c.e, p.dim);
 }
 
-void MeanOf(const LiftedPoints& p, std::span<const int32_t> idx, const std::vector<uint8_t>& side,
-            uint8_t which, Centre* out) {
-  std::vector<double> acc(p.dim, 0.0);
-  double e = 0;
-  int64_t n = 0;
+// The means of both sides (a side without points keeps its previous centre), in one pass. The
+// sums are f32 (they only steer the split; vectorized, they are most of a bulk build's time).
+void MeansOf(const LiftedPoints& p, std::span<const int32_t> idx, const std::vector<uint8_t>& side,
+             Centre* c0, Centre* c1) {
+  std::vector<float> acc(2 * static_cast<size_t>(p.dim), 0.0f);
+  double e[2] = {0, 0};
+  int64_t n[2] = {0, 0};
   for (size_t j = 0; j < idx.size(); ++j) {
-    if (side[j] != which) continue;
+    const int s = side[j];
     const float* r = p.row(idx[j]);
-    for (int t = 0; t < p.dim; ++t) acc[t] += r[t];
-    e += p.ext[idx[j]];
-    ++n;
+    float* a = acc.data() + static_cast<size_t>(s) * p.dim;
+    for (int t = 0; t < p.dim; ++t) a[t] += r[t];
+    e[s] += p.ext[idx[j]];
+    ++n[s];
   }
-  if (n == 0) return;  // keep the previous centre
-  for (int t = 0; t < p.dim; ++t) out->c[t] = static_cast<float>(acc[t] / n);
-  out->e = static_cast<float>(e / n);
+  Centre* out[2] = {c0, c1};
+  for (int s = 0; s < 2; ++s) {
+    if (n[s] == 0) continue;
+    for (int t = 0; t < p.dim; ++t) {
+      out[s]->c[t] = acc[static_cast<size_t>(s) * p.dim + t] / static_cast<float>(n[s]);
+    }
+    out[s]->e = static_cast<float>(e[s] / n[s]);
+  }
+}
+
+// |x - c0|^2 - |x - c1|^2 = |c0|^2 - |c1|^2 - 2 x.(c0 - c1) for every point of `idx`, as
+// (difference, position) pairs: one dot product per point.
+void Differences(const LiftedPoints& p, std::span<const int32_t> idx, const Centre& c0,
+                 const Centre& c1, std::vector<float>* w,
+                 std::vector<std::pair<float, int>>* rank) {
+  const int dim = p.dim;
+  w->resize(dim);
+  for (int t = 0; t < dim; ++t) (*w)[t] = c0.c[t] - c1.c[t];
+  const float we = c0.e - c1.e;
+  const float b = DotF(c0.c.data(), c0.c.data(), dim) + c0.e * c0.e -
+                  DotF(c1.c.data(), c1.c.data(), dim) - c1.e * c1.e;
+  rank->resize(idx.size());
+  for (size_t j = 0; j < idx.size(); ++j) {
+    const float x = DotF(p.row(idx[j]), w->data(), dim) + p.ext[idx[j]] * we;
+    (*rank)[j] = {b - 2 * x, static_cast<int>(j)};
+  }
+}
+
+// Sides for `rank` (from Differences): the points closer to c0 go first, their count clamped to
+// [lo, hi]; the `n0` smallest differences (ties by position) form side 0.
+void Cut(std::vector<std::pair<float, int>>* rank, int lo, int hi, std::vector<uint8_t>* side) {
+  int closer = 0;
+  for (const auto& r : *rank) closer += r.first < 0;
+  const int n0 = std::clamp(closer, lo, hi);
+  std::nth_element(rank->begin(), rank->begin() + n0, rank->end());
+  side->assign(rank->size(), 1);
+  for (int r = 0; r < n0; ++r) (*side)[(*rank)[r].second] = 0;
 }
 
 }  // namespace
@@ -46,16 +86,30 @@ void BalancedTwoMeans(const LiftedPoints& points, std::span<const int32_t> idx, 
   const int m = static_cast<int>(idx.size());
   ICECACHE_CHECK(m >= 2 && lo >= 1 && lo <= hi && hi <= m - 1);
   const int dim = points.dim;
+  // The fit runs on `fit` (all points, or an evenly strided sample with the range scaled).
+  std::vector<int32_t> sample;
+  std::span<const int32_t> fit = idx;
+  int fit_lo = lo, fit_hi = hi;
+  if (m > kSample) {
+    sample.reserve(kSample);
+    for (int i = 0; i < kSample; ++i) sample.push_back(idx[static_cast<int64_t>(i) * m / kSample]);
+    fit = sample;
+    fit_lo = std::clamp(static_cast<int>(static_cast<int64_t>(lo) * kSample / m), 1, kSample - 1);
+    fit_hi =
+        std::clamp(static_cast<int>(static_cast<int64_t>(hi) * kSample / m), fit_lo, kSample - 1);
+  }
+  const int n = static_cast<int>(fit.size());
   Centre mean{std::vector<float>(dim), 0}, c0{std::vector<float>(dim), 0},
       c1{std::vector<float>(dim), 0};
-  std::vector<uint8_t> side(m, 0);
-  MeanOf(points, idx, side, 0, &mean);
+  std::vector<uint8_t> side(n, 0);
+  Centre unused{std::vector<float>(dim), 0};
+  MeansOf(points, fit, side, &mean, &unused);
   // Seeds: the point farthest from the mean, then the point farthest from that one.
   auto farthest = [&](const Centre& from) {
     int best = 0;
     float best_d = -1;
-    for (int j = 0; j < m; ++j) {
-      const float d = SqDistTo(points, idx[j], from);
+    for (int j = 0; j < n; ++j) {
+      const float d = SqDistTo(points, fit[j], from);
       if (d > best_d) {
         best_d = d;
         best = j;
@@ -64,28 +118,26 @@ void BalancedTwoMeans(const LiftedPoints& points, std::span<const int32_t> idx, 
     return best;
   };
   const int a = farthest(mean);
-  c0.c.assign(points.row(idx[a]), points.row(idx[a]) + dim);
-  c0.e = points.ext[idx[a]];
+  c0.c.assign(points.row(fit[a]), points.row(fit[a]) + dim);
+  c0.e = points.ext[fit[a]];
   const int b = farthest(c0);
-  c1.c.assign(points.row(idx[b]), points.row(idx[b]) + dim);
-  c1.e = points.ext[idx[b]];
+  c1.c.assign(points.row(fit[b]), points.row(fit[b]) + dim);
+  c1.e = points.ext[fit[b]];
 
-  std::vector<std::pair<float, int>> rank(m);
-  std::vector<uint8_t> next(m);
+  std::vector<std::pair<float, int>> rank;
+  std::vector<float> w;
+  std::vector<uint8_t> next;
   for (int iter = 0; iter < kIters; ++iter) {
-    int closer = 0;
-    for (int j = 0; j < m; ++j) {
-      const float diff = SqDistTo(points, idx[j], c0) - SqDistTo(points, idx[j], c1);
-      rank[j] = {diff, j};
-      closer += diff < 0;
-    }
-    std::sort(rank.begin(), rank.end());
-    const int n0 = std::clamp(closer, lo, hi);
-    for (int r = 0; r < m; ++r) next[rank[r].second] = r < n0 ? 0 : 1;
+    Differences(points, fit, c0, c1, &w, &rank);
+    Cut(&rank, fit_lo, fit_hi, &next);
     if (iter > 0 && next == side) break;
     side = next;
-    MeanOf(points, idx, side, 0, &c0);
-    MeanOf(points, idx, side, 1, &c1);
+    MeansOf(points, fit, side, &c0, &c1);
+  }
+  if (m > kSample) {
+    // Every point against the fitted centres, with the exact range.
+    Differences(points, idx, c0, c1, &w, &rank);
+    Cut(&rank, lo, hi, &side);
   }
   first->clear();
   second->clear();

@@ -24,8 +24,10 @@ struct LiftedPoints {
 // (seeded with the point farthest from the mean and the point farthest from that one), with the
 // first side's size kept in [lo, hi] (1 <= lo <= hi <= m - 1): each round ranks the points by
 // how much closer they are to the first centre than to the second and cuts the ranking where
-// the sign changes, clamped to the range. Deterministic; each side lists its points in the
-// order of `idx`.
+// the sign changes, clamped to the range. Sets of more than 2048 points fit the centres on an
+// evenly strided sample of 2048 (range scaled) and then place every point once, which makes a
+// 128K-key bulk build about 4x faster at nearly the same leaf tightness. Deterministic; each side
+// lists its points in the order of `idx`.
 void BalancedTwoMeans(const LiftedPoints& points, std::span<const int32_t> idx, int lo, int hi,
                       std::vector<int32_t>* first, std::vector<int32_t>* second);
 

@@ -66,8 +66,23 @@ int LaunchCopyPages(Stream s, const void* src_k, const void* src_v, const int32_
 // compute); bf16 pools and queries. Row counts and limits are read on the device, so launches
 // depend on shapes only.
 
-int LaunchPageBounds(Stream s, const void* pool_k, int64_t pool_pages, int page_size, int head_dim,
-                     const int32_t* ids, const int32_t* lens, int64_t n, void* bounds);
+struct PageBoundsParams {
+  const void* pool_k = nullptr;  // bf16
+  int64_t pool_pages = 0;
+  int page_size = 0;
+  int head_dim = 0;
+  const int32_t* ids = nullptr;
+  const int32_t* lens = nullptr;
+  int64_t n = 0;
+  void* bounds = nullptr;  // bf16 [pool pages, rows, head_dim]
+  int rows = 2;            // 2: min | max, 1: mean key
+  // Optional residency map whose copies of the summarized pages become stale.
+  const int32_t* resident = nullptr;
+  const int32_t* slot_page = nullptr;
+  int32_t* slot_len = nullptr;
+  int64_t slot_pages = 0;
+};
+int LaunchPageBounds(Stream s, const PageBoundsParams& p);
 
 struct PageSelectParams {
   const void* q = nullptr;  // bf16 [rows * group, head_dim]
@@ -75,8 +90,9 @@ struct PageSelectParams {
   const int32_t* list_lens = nullptr;
   int stride = 0;
   const int32_t* limits = nullptr;  // [rows, 5]
-  const void* bounds = nullptr;     // bf16 [pages, 2, head_dim]
+  const void* bounds = nullptr;     // bf16 [pages, bound_rows, head_dim]
   int64_t bound_pages = 0;
+  int bound_rows = 2;       // 2: min | max bounds, 1: mean keys
   float* scores = nullptr;  // [rows, stride]
   int32_t* out_ids = nullptr;
   int32_t* out_lens = nullptr;
@@ -111,7 +127,7 @@ struct PageMapParams {
   int32_t* slot_len = nullptr;
   int32_t* table = nullptr;                // indptr | indices | lens
   int32_t* fetch = nullptr;                // [rows, 1 + 2 * capacity]
-  unsigned long long* counters = nullptr;  // hits, pages fetched
+  unsigned long long* counters = nullptr;  // hits, pages fetched, tokens listed
 };
 int LaunchMapPages(Stream s, const PageMapParams& p);
 

@@ -30,23 +30,34 @@ constexpr int kSortCap = 2048;  // kMaxSelectPicks (backend.h)
 
 // ---- PageBounds -------------------------------------------------------------------------------
 
-__global__ void PageBoundsKernel(const Bf16* __restrict__ pool_k, int64_t pool_pages, int page_size,
-                                 int head_dim, const int32_t* __restrict__ ids,
-                                 const int32_t* __restrict__ lens, Bf16* __restrict__ bounds) {
-  const int32_t id = ids[blockIdx.x];
-  const int n = lens[blockIdx.x];
-  if (id < 0 || id >= pool_pages || n < 1) return;
-  const Bf16* k = pool_k + static_cast<int64_t>(id) * page_size * head_dim;
-  Bf16* b = bounds + static_cast<int64_t>(id) * 2 * head_dim;
-  for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
+__global__ void PageBoundsKernel(PageBoundsParams p) {
+  const int32_t id = p.ids[blockIdx.x];
+  const int n = min(p.lens[blockIdx.x], p.page_size);
+  if (id < 0 || id >= p.pool_pages || n < 1) return;
+  const int d = p.head_dim;
+  if (threadIdx.x == 0 && p.resident != nullptr) {
+    const int32_t s = p.resident[id];
+    if (s >= 0 && s < p.slot_pages && p.slot_page[s] == id) p.slot_len[s] = -1;  // stale copy
+  }
+  const Bf16* k = static_cast<const Bf16*>(p.pool_k) + static_cast<int64_t>(id) * p.page_size * d;
+  Bf16* b = static_cast<Bf16*>(p.bounds) + static_cast<int64_t>(id) * p.rows * d;
+  for (int j = threadIdx.x; j < d; j += blockDim.x) {
+    if (p.rows == 1) {
+      // KeyMean's arithmetic (kv/key_mean.h): an f32 sum in row order, one division, rounded.
+      float sum = 0.0f;
+      for (int t = 0; t < n; ++t)
+        sum = __fadd_rn(sum, __bfloat162float(k[static_cast<int64_t>(t) * d + j]));
+      b[j] = __float2bfloat16_rn(__fdiv_rn(sum, static_cast<float>(n)));
+      continue;
+    }
     float lo = __bfloat162float(k[j]), hi = lo;
-    for (int t = 1; t < min(n, page_size); ++t) {
-      const float v = __bfloat162float(k[static_cast<int64_t>(t) * head_dim + j]);
+    for (int t = 1; t < n; ++t) {
+      const float v = __bfloat162float(k[static_cast<int64_t>(t) * d + j]);
       lo = fminf(lo, v);
       hi = fmaxf(hi, v);
     }
     b[j] = __float2bfloat16_rn(lo);  // exact: both are stored bf16 values
-    b[head_dim + j] = __float2bfloat16_rn(hi);
+    b[d + j] = __float2bfloat16_rn(hi);
   }
 }
 
@@ -81,24 +92,29 @@ __global__ void __launch_bounds__(kScoreThreads) ScoreKernel(PageSelectParams p)
   for (int c = 0; c < kScorePerWarp; ++c) {
     const int e = first + warp * kScorePerWarp + c;
     if (e >= lim.window_begin) break;
-    const int32_t id = p.list_ids[static_cast<int64_t>(row) * p.stride + e];
+    const int64_t at = static_cast<int64_t>(row) * p.stride + e;
+    const int32_t id = p.list_ids[at];
     float best = kNegInf;
-    if (id >= 0 && id < p.bound_pages) {
-      const Bf16* b = bounds + static_cast<int64_t>(id) * 2 * d;
+    if (id >= 0 && id < p.bound_pages && p.list_lens[at] > 0) {
+      const Bf16* b = bounds + static_cast<int64_t>(id) * p.bound_rows * d;
       float lo[kMaxDim / 32], hi[kMaxDim / 32];
       const int per = d / 32;
       for (int k = 0; k < per; ++k) {
         lo[k] = __bfloat162float(b[lane + 32 * k]);
-        hi[k] = __bfloat162float(b[d + lane + 32 * k]);
+        hi[k] = p.bound_rows == 2 ? __bfloat162float(b[d + lane + 32 * k]) : 0.0f;
       }
       for (int g = 0; g < p.group; ++g) {
         const float* qg = q_s + g * d;
         float s = 0.0f;
-        for (int k = 0; k < per; ++k) {
-          const float x = qg[lane + 32 * k];
-          s += fmaxf(x * lo[k], x * hi[k]);
+        if (p.bound_rows == 2) {
+          for (int k = 0; k < per; ++k) {
+            const float x = qg[lane + 32 * k];
+            s += fmaxf(x * lo[k], x * hi[k]);
+          }
+        } else {
+          for (int k = 0; k < per; ++k) s += qg[lane + 32 * k] * lo[k];  // q.c, c = mean key
         }
-        best = fmaxf(best, WarpSum(s));
+        best = g == 0 ? WarpSum(s) : fmaxf(best, WarpSum(s));
       }
     }
     if (lane == 0) p.scores[static_cast<int64_t>(row) * p.stride + e] = best;
@@ -284,7 +300,7 @@ __global__ void __launch_bounds__(kMapThreads) AssignKernel(PageMapParams p) {
   int* free_slots = kept + p.capacity;     // [capacity]
   int* slot_of = free_slots + p.capacity;  // [stride]: slot page, or -1 (missing)
   int* stale = slot_of + p.stride;         // [stride]: 1 when resident but out of date
-  __shared__ int s_missing, s_copies, s_hits, s_begin;
+  __shared__ int s_missing, s_copies, s_hits, s_begin, s_tokens;
   const int row = blockIdx.x;
   const int tid = threadIdx.x, lane = tid % 32;
   const int n = min(p.sel_count[row], min(p.stride, p.capacity));
@@ -297,6 +313,7 @@ __global__ void __launch_bounds__(kMapThreads) AssignKernel(PageMapParams p) {
     for (int r = 0; r < row; ++r) begin += min(p.sel_count[r], min(p.stride, p.capacity));
     s_begin = begin;
     s_hits = 0;
+    s_tokens = 0;
   }
   __syncthreads();
   int hits = 0;
@@ -319,6 +336,9 @@ __global__ void __launch_bounds__(kMapThreads) AssignKernel(PageMapParams p) {
     slot_of[i] = s;
   }
   if (hits > 0) atomicAdd(&s_hits, hits);
+  int tokens = 0;
+  for (int i = tid; i < n; i += blockDim.x) tokens += lens[i];
+  if (tokens > 0) atomicAdd(&s_tokens, tokens);
   __syncthreads();
   int32_t* fetch = p.fetch + static_cast<int64_t>(row) * (1 + 2 * p.capacity);
   if (tid < 32) {
@@ -394,6 +414,7 @@ __global__ void __launch_bounds__(kMapThreads) AssignKernel(PageMapParams p) {
     indptr[row + 1] = begin + n;
     if (s_hits > 0) atomicAdd(&p.counters[0], static_cast<unsigned long long>(s_hits));
     if (copies > 0) atomicAdd(&p.counters[1], static_cast<unsigned long long>(copies));
+    if (s_tokens > 0) atomicAdd(&p.counters[2], static_cast<unsigned long long>(s_tokens));
   }
 }
 
@@ -424,12 +445,10 @@ __global__ void FetchKernel(PageMapParams p) {
 
 }  // namespace
 
-int LaunchPageBounds(Stream s, const void* pool_k, int64_t pool_pages, int page_size, int head_dim,
-                     const int32_t* ids, const int32_t* lens, int64_t n, void* bounds) {
-  if (n == 0) return 0;
-  PageBoundsKernel<<<static_cast<unsigned>(n), 128, 0, s>>>(static_cast<const Bf16*>(pool_k),
-                                                            pool_pages, page_size, head_dim, ids,
-                                                            lens, static_cast<Bf16*>(bounds));
+int LaunchPageBounds(Stream s, const PageBoundsParams& p) {
+  if (p.n == 0) return 0;
+  if (p.rows != 1 && p.rows != 2) return static_cast<int>(cudaErrorInvalidValue);
+  PageBoundsKernel<<<static_cast<unsigned>(p.n), 128, 0, s>>>(p);
   return LastError();
 }
 
