@@ -100,8 +100,11 @@ struct KvStats {
   double pages_fetched = 0;   // pages copied into the working set per step
   double bytes_fetched = 0;   // bytes copied into the working set per step
   double hit_rate = 0;        // selected pages already resident / pages selected
-  // Seconds per step: selection, working-set fetch, attention, and everything else.
-  double select_seconds = 0, fetch_seconds = 0, attend_seconds = 0, other_seconds = 0;
+  // Seconds per step: selection, working-set fetch, attention, the index's update after the
+  // step (insertions; it first waits for the step's device work, which it then includes), and
+  // everything else.
+  double select_seconds = 0, fetch_seconds = 0, attend_seconds = 0, update_seconds = 0,
+         other_seconds = 0;
   int64_t host_kv_bytes = 0;      // KV of this sequence in the host tier
   bool kv_offloaded = false;      // the host tier is pinned host memory of a GPU engine
   int64_t working_set_bytes = 0;  // working-set slots reserved for this sequence

@@ -38,6 +38,7 @@ nlohmann::json KvStatsToJson(const KvStats& s) {
       {"select_seconds", s.select_seconds},
       {"fetch_seconds", s.fetch_seconds},
       {"attend_seconds", s.attend_seconds},
+      {"update_seconds", s.update_seconds},
       {"other_seconds", s.other_seconds},
       {"host_kv_bytes", s.host_kv_bytes},
       {"kv_offloaded", s.kv_offloaded},
@@ -53,7 +54,8 @@ nlohmann::json KvStatsToJson(const KvStats& s) {
 }
 
 std::string KvStatsText(const KvStats& s) {
-  const double step = s.select_seconds + s.fetch_seconds + s.attend_seconds + s.other_seconds;
+  const double step =
+      s.select_seconds + s.fetch_seconds + s.attend_seconds + s.update_seconds + s.other_seconds;
   auto ms = [](double sec) { return sec * 1e3; };
   auto pct = [step](double sec) { return step > 0 ? 100.0 * sec / step : 0.0; };
   std::string text = fmt::format(
@@ -66,14 +68,15 @@ std::string KvStatsText(const KvStats& s) {
       "fetch            {:.1f} pages, {} per step; hit rate {:.1f}%\n"
       "memory           host KV {}{}, working set {}{}\n"
       "time per step    {:.3f} ms: select {:.3f} ms ({:.1f}%), fetch {:.3f} ms ({:.1f}%), "
-      "attend {:.3f} ms ({:.1f}%), rest {:.3f} ms ({:.1f}%)",
+      "attend {:.3f} ms ({:.1f}%), index update {:.3f} ms ({:.1f}%), rest {:.3f} ms ({:.1f}%)",
       s.policy, s.decode_steps, s.context_tokens, s.sparse_layers, s.dense_layers,
       s.tokens_attended, s.tokens_attended_dense, s.nodes_visited, HumanBytes(s.index_bytes),
       s.pages_fetched, HumanBytes(static_cast<int64_t>(s.bytes_fetched)), 100.0 * s.hit_rate,
       HumanBytes(s.host_kv_bytes), s.kv_offloaded ? " (pinned host memory)" : "",
       HumanBytes(s.working_set_bytes), s.kv_offloaded ? " (device memory)" : "", ms(step),
       ms(s.select_seconds), pct(s.select_seconds), ms(s.fetch_seconds), pct(s.fetch_seconds),
-      ms(s.attend_seconds), pct(s.attend_seconds), ms(s.other_seconds), pct(s.other_seconds));
+      ms(s.attend_seconds), pct(s.attend_seconds), ms(s.update_seconds), pct(s.update_seconds),
+      ms(s.other_seconds), pct(s.other_seconds));
   if (s.device_select) {
     const int64_t device = s.working_set_bytes + s.device_index_bytes;
     text += fmt::format(

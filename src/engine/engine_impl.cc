@@ -269,7 +269,12 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
   // The prompt's attention is dense, so the index sees the whole prompt once: one bulk build of
   // every list instead of one per chunk (or token by token insertion of later chunks).
   ICECACHE_RETURN_IF_ERROR(AfterForward(state, start, tokens));
-  if (state.device_select) ICECACHE_RETURN_IF_ERROR(state.device_select->Prepare(state.seq));
+  if (state.device_select) {
+    ICECACHE_RETURN_IF_ERROR(state.device_select->Prepare(state.seq));
+    // The summaries it queued (every leaf page after a bulk build) belong to the prompt's time,
+    // not to the first decode step's.
+    backend_->Synchronize();
+  }
   return last;
 }
 
@@ -310,7 +315,15 @@ Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
       st.acct.tokens_dense +=
           static_cast<double>(st.seq.length()) * info_.n_layers * info_.n_kv_heads;
     }
+    // The step's device work counts as the step's ("rest" unless split); the index's host work
+    // after it as "index update".
+    const double u0 = NowSeconds();
+    if (st.index && backend_->device() != Device::kCpu) backend_->Synchronize();
+    const double u1 = NowSeconds();
     ICECACHE_RETURN_IF_ERROR(AfterForward(st, st.seq.length() - 1, tokens.subspan(i, 1)));
+    const double u2 = NowSeconds();
+    st.acct.update_s += u2 - u1;
+    st.acct.total_s += u2 - u0;
   }
   return out;
 }

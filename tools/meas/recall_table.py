@@ -26,8 +26,11 @@ def main() -> int:
         except (json.JSONDecodeError, OSError):
             continue
     full = runs.get("full")
-    policies = ["streaming", "quest", "oracle", "lychee", "icecache"]
-    budgets = sorted({int(n.split("_")[1]) for n in runs if "_" in n})
+    known = ["streaming", "quest", "oracle", "lychee", "icecache"]
+    # Runs are named POLICY_BUDGET (or icecache-RANK_BUDGET for icecache:RANK runs).
+    names = sorted({n.rsplit("_", 1)[0] for n in runs if "_" in n})
+    policies = [p for p in known if p in names] + [n for n in names if n not in known]
+    budgets = sorted({int(n.rsplit("_", 1)[1]) for n in runs if "_" in n})
     print("| policy | budget | recall mean | p10 | min | tokens attended | context | "
           "greedy tokens equal to full's |")
     print("|:--|--:|--:|--:|--:|--:|--:|--:|")

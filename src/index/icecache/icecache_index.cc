@@ -128,11 +128,12 @@ int64_t IceCacheIndex::AbsorbPages(const KvSequence& seq, int layer, int head,
       s.started ? seq.tail_pos(layer, head) : static_cast<int64_t>(sink_pages_) * p;
   const int64_t absorb = (limit - tail_pos) / p;
   if (absorb <= 0) return 0;
-  // A bulk build lays out every indexed token again in leaves of at least max(1, P / 2)
-  // tokens; an insertion splits at most one leaf per token.
+  // A bulk build (what Absorb does for an empty tree, or when it absorbs at least as many tokens
+  // as the tree holds) lays out every indexed token again in exactly ceil(tokens / P) leaves
+  // (Partition); an insertion splits at most one leaf per token.
   const int64_t tokens = s.tree.keys() + absorb * p;
-  const int64_t min_fill = std::max(1, p / 2);
-  return std::max((tokens + min_fill - 1) / min_fill + 1, absorb * p);
+  if (s.tree.empty() || absorb * p >= s.tree.keys()) return (tokens + p - 1) / p;
+  return absorb * p;
 }
 
 Status IceCacheIndex::Adopt(const KvSequence& seq) {
