@@ -54,7 +54,6 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
   ICECACHE_ASSIGN_OR_RETURN(d->counters_, backend.Allocate(DType::kI32, {6}));
   ICECACHE_ASSIGN_OR_RETURN(d->counters_host_, backend.AllocateStaging(DType::kI32, {6}));
   d->synced_.assign(rows, 0);
-  d->seen_window_.assign(rows, 0);
   d->seen_stamp_.assign(rows, 0);
   d->planned_nodes_.assign(n_layers, 0);
   ICECACHE_RETURN_IF_ERROR(d->Grow(64));
@@ -79,20 +78,17 @@ Status DeviceSelection::Grow(int64_t entries) {
   const int64_t rows = static_cast<int64_t>(layers_) * heads_;
   const size_t size = static_cast<size_t>(rows * stride);
   std::vector<int32_t> ids(size, -1), lens(size, 0);
-  std::vector<uint32_t> vers(size, 0);
-  std::vector<uint8_t> summarized(size, 0);
+  std::vector<uint64_t> vers(size, kNotSummarized);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t e = 0; e < synced_[r]; ++e) {
       ids[r * stride + e] = host_ids_[r * stride_ + e];
       lens[r * stride + e] = host_lens_[r * stride_ + e];
       vers[r * stride + e] = host_vers_[r * stride_ + e];
-      summarized[r * stride + e] = host_summarized_[r * stride_ + e];
     }
   }
   host_ids_ = std::move(ids);
   host_lens_ = std::move(lens);
   host_vers_ = std::move(vers);
-  host_summarized_ = std::move(summarized);
   stride_ = stride;
   ICECACHE_ASSIGN_OR_RETURN(list_ids_, backend_->Allocate(DType::kI32, {rows, stride}));
   ICECACHE_ASSIGN_OR_RETURN(list_lens_, backend_->Allocate(DType::kI32, {rows, stride}));
@@ -104,12 +100,11 @@ Status DeviceSelection::Grow(int64_t entries) {
   return Status::Ok();
 }
 
-Status DeviceSelection::Prepare(const KvSequence& seq) {
+Status DeviceSelection::Prepare(const KvSequence& seq, int pending) {
   const int64_t rows = static_cast<int64_t>(layers_) * heads_;
   if (seq.length() < last_length_) {
     // Truncated: pages may have been freed and handed out again; start over.
     std::fill(synced_.begin(), synced_.end(), 0);
-    std::fill(seen_window_.begin(), seen_window_.end(), 0);
     std::fill(seen_stamp_.begin(), seen_stamp_.end(), 0);
     ResetResidency();
   }
@@ -144,24 +139,30 @@ Status DeviceSelection::Prepare(const KvSequence& seq) {
       const int32_t from = rearranged ? 0 : std::max(0, std::min(synced_[r] - 1, count));
       for (int32_t e = from; e < count; ++e) {
         const PageRef& p = pages[e];
-        const uint32_t ver = pool.version(p.id);
-        if (e < synced_[r] && host_ids_[base + e] == p.id && host_lens_[base + e] == p.len &&
-            host_vers_[base + e] == ver) {
-          continue;
+        if (e >= synced_[r] || host_ids_[base + e] != p.id || host_lens_[base + e] != p.len) {
+          host_ids_[base + e] = p.id;
+          host_lens_[base + e] = p.len;
+          host_vers_[base + e] = kNotSummarized;
+          lo = std::min<int64_t>(lo, e);
+          hi = std::max<int64_t>(hi, e + 1);
         }
-        host_ids_[base + e] = p.id;
-        host_lens_[base + e] = p.len;
-        host_vers_[base + e] = ver;
-        host_summarized_[base + e] = 0;
-        lo = std::min<int64_t>(lo, e);
-        hi = std::max<int64_t>(hi, e + 1);
+        // New contents wherever the page sits (sink, window or selectable): summarizing it also
+        // marks any resident copy stale, which its token count alone cannot tell (a page freed
+        // and handed out again may come back with the same id and count). The page that holds
+        // the step's own tokens is summarized at the next call: their keys are written during
+        // the step, layer by layer (its resident copies are stale by their token count).
+        const uint64_t ver = pool.version(p.id);
+        if (p.len >= 1 && host_vers_[base + e] != ver && !(pending > 0 && e == count - 1)) {
+          host_vers_[base + e] = ver;
+          to_bound_ids.push_back(p.id);
+          to_bound_lens.push_back(p.len);
+        }
       }
       synced_[r] = count;
       int32_t* row = lim + r * 5;
       row[0] = count;
       if (length <= limits_.budget && count <= limits_.max_pages) {
         row[1] = row[2] = row[3] = row[4] = 0;  // covered: every entry is "window"
-        seen_window_[r] = 0;
         continue;
       }
       const ListRegions reg = RegionsOf(seq, l, h, limits_);
@@ -170,17 +171,6 @@ Status DeviceSelection::Prepare(const KvSequence& seq) {
       row[3] = limits_.budget - reg.sink_tokens - reg.window_tokens;
       row[4] = limits_.max_pages - reg.sink_end - (reg.end - reg.window_begin);
       planned_nodes_[l] += reg.window_begin - reg.sink_end;
-      // Selectable pages whose contents are new here get their summary: among the compared
-      // entries and those that left the window since the last call.
-      const int32_t first =
-          std::max(reg.sink_end, rearranged ? 0 : std::min(from, seen_window_[r]));
-      for (int32_t e = first; e < reg.window_begin; ++e) {
-        if (host_summarized_[base + e] || pages[e].len < 1) continue;
-        host_summarized_[base + e] = 1;
-        to_bound_ids.push_back(pages[e].id);
-        to_bound_lens.push_back(pages[e].len);
-      }
-      seen_window_[r] = reg.window_begin;
     }
   }
   if (hi > lo) {

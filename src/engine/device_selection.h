@@ -9,11 +9,11 @@
 // only gained tokens at its end, so only entries from its previous last page on are compared; a
 // list the index re-arranged (new stamp) is compared entry by entry (page id, token count and
 // page version). It uploads each list's limits (count, sink end, window begin, tokens and pages
-// left), and summarizes with Backend::PageBounds every selectable page whose contents are new to
-// it, marking any resident copy of such a page stale. Per layer, Select runs Backend::SelectPages
-// on the layer's query row, then Backend::MapPages against this sequence's residency map and the
-// working set's slots; the page table it returns lives in backend memory and feeds the
-// multi-segment attention.
+// left), and summarizes with Backend::PageBounds every page whose contents are new to it (the
+// growing tail page included), marking any resident copy of such a page stale. Per layer, Select
+// runs Backend::SelectPages on the layer's query row, then Backend::MapPages against this
+// sequence's residency map and the working set's slots; the page table it returns lives in backend
+// memory and feeds the multi-segment attention.
 //
 // Requirements: a working set without token scratch and at most kMaxSelectPicks selectable pages
 // per step. For the same keys and queries the selection lists the pages of QuestIndex::Select
@@ -50,9 +50,10 @@ class DeviceSelection {
                                                          int n_heads, const PagePool& pool,
                                                          Tensor bounds, const WorkingSet& ws);
 
-  // Before a decode step whose token already has its page slots in `seq`, and after prefill
-  // chunks (so that a prompt's pages are summarized during prefill).
-  Status Prepare(const KvSequence& seq);
+  // Before a decode step whose token already has its page slots in `seq` but whose keys are not
+  // written yet (`pending` 1), and after prefill chunks (`pending` 0: everything is written), so
+  // that a prompt's pages are summarized during prefill.
+  Status Prepare(const KvSequence& seq, int pending);
   // Selects `layer`'s pages for the query row `q` ([n_heads * head_dim], backend memory).
   void Select(int layer, const Tensor& q);
   // Maps the selection into `ws` (fetching what is missing); `table` then views the attention's
@@ -89,12 +90,12 @@ class DeviceSelection {
   Tensor resident_, slot_page_, slot_len_, table_, fetch_, counters_;
   Tensor bound_ids_, bound_lens_;
   // Host side: mirrors of the uploaded lists ([layers * heads, stride_]: page id, token count,
-  // page version, whether the page's summary is current) and per row the entries uploaded, the
-  // list stamp and the window start seen last.
+  // page version when it was summarized or kNotSummarized) and per row the entries uploaded and
+  // the list stamp seen last.
+  static constexpr uint64_t kNotSummarized = ~uint64_t{0};
   std::vector<int32_t> host_ids_, host_lens_;
-  std::vector<uint32_t> host_vers_;
-  std::vector<uint8_t> host_summarized_;
-  std::vector<int32_t> synced_, seen_window_;
+  std::vector<uint64_t> host_vers_;
+  std::vector<int32_t> synced_;
   std::vector<uint64_t> seen_stamp_;
   std::vector<int32_t> bound_stage_ids_, bound_stage_lens_;  // pages to summarize this call
   Tensor limits_stage_, counters_host_;

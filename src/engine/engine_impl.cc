@@ -258,7 +258,7 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
     // Device-side selection over positional lists summarizes the pages that became selectable
     // chunk by chunk, while the next chunk computes (their pages never change again).
     if (state.device_select && DeviceSelection::KeepsPositions(state.kv))
-      ICECACHE_RETURN_IF_ERROR(state.device_select->Prepare(state.seq));
+      ICECACHE_RETURN_IF_ERROR(state.device_select->Prepare(state.seq, 0));
     done += n;
     if (done == total) {
       const float* row = logits->data_as<float>();
@@ -270,7 +270,7 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
   // every list instead of one per chunk (or token by token insertion of later chunks).
   ICECACHE_RETURN_IF_ERROR(AfterForward(state, start, tokens));
   if (state.device_select) {
-    ICECACHE_RETURN_IF_ERROR(state.device_select->Prepare(state.seq));
+    ICECACHE_RETURN_IF_ERROR(state.device_select->Prepare(state.seq, 0));
     // The summaries it queued (every leaf page after a bulk build) belong to the prompt's time,
     // not to the first decode step's.
     backend_->Synchronize();

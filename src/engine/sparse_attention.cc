@@ -25,7 +25,7 @@ Status SparseAttention::Prepare(const StepContext& step) {
     }
   }
   for (SequenceState* st : states_) {
-    if (st->device_select) ICECACHE_RETURN_IF_ERROR(st->device_select->Prepare(st->seq));
+    if (st->device_select) ICECACHE_RETURN_IF_ERROR(st->device_select->Prepare(st->seq, 1));
   }
   positions_ = step.positions;
   if (row_base_.empty()) {

@@ -114,6 +114,30 @@ TEST_F(DeviceSelectionTest, IceCacheCentroidOnTheDeviceEqualsTheHostBitForBit) {
   }
 }
 
+// A session scores a second, different context: its pages are freed and handed out again (same
+// ids, same token counts, new contents), which the residency map must not take for hits.
+TEST_F(DeviceSelectionTest, ASessionsNextContextNeverHitsStaleCopies) {
+  for (const char* policy : {"icecache", "quest"}) {
+    SCOPED_TRACE(policy);
+    KvConfig kv = Quest(64);
+    kv.policy = policy;
+    kv.rank = "centroid";
+    auto host = Make(kv, "host");
+    auto device = Make(kv, "device");
+    ASSERT_TRUE(host.ok() && device.ok());
+    auto hs = (*host)->NewSession();
+    auto ds = (*device)->NewSession();
+    ASSERT_TRUE(hs.ok() && ds.ok());
+    const ScoreRequest first{Tokens(400, 11), Tokens(24, 12), true};
+    const ScoreRequest second{Tokens(500, 13), Tokens(24, 14), true};
+    ASSERT_TRUE((*hs)->Score(first).ok() && (*ds)->Score(first).ok());
+    auto want = (*hs)->Score(second);
+    auto got = (*ds)->Score(second);
+    ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
+    ExpectSameLogits(*got, *want);
+  }
+}
+
 TEST_F(DeviceSelectionTest, IceCacheCoveringBudgetEqualsFullAttention) {
   const ScoreRequest r{Tokens(150, 7), Tokens(40, 8), true};
   KvConfig full;
