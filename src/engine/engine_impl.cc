@@ -228,7 +228,10 @@ Status EngineImpl::AfterForward(SequenceState& state, int64_t first,
   if (!state.index) return Status::Ok();
   // Indexes read and re-arrange the host tier on the host: wait for the device's KV writes.
   if (backend_->device() != Device::kCpu) backend_->Synchronize();
-  return state.index->OnAppend(state.seq, first, tokens);
+  const double t0 = NowSeconds();
+  const Status s = state.index->OnAppend(state.seq, first, tokens);
+  state.acct.update_s += NowSeconds() - t0;  // a prompt's share is dropped with its accounting
+  return s;
 }
 
 Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
@@ -315,15 +318,11 @@ Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
       st.acct.tokens_dense +=
           static_cast<double>(st.seq.length()) * info_.n_layers * info_.n_kv_heads;
     }
-    // The step's device work counts as the step's ("rest" unless split); the index's host work
-    // after it as "index update".
+    // The step's device work (AfterForward waits for it) counts as the step's, the index's host
+    // work after it also as "index update".
     const double u0 = NowSeconds();
-    if (st.index && backend_->device() != Device::kCpu) backend_->Synchronize();
-    const double u1 = NowSeconds();
     ICECACHE_RETURN_IF_ERROR(AfterForward(st, st.seq.length() - 1, tokens.subspan(i, 1)));
-    const double u2 = NowSeconds();
-    st.acct.update_s += u2 - u1;
-    st.acct.total_s += u2 - u0;
+    st.acct.total_s += NowSeconds() - u0;
   }
   return out;
 }

@@ -37,12 +37,12 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
   s.recall_min = acct.recall.min();
   if (acct.steps == 0) return s;
   const double steps = static_cast<double>(acct.steps);
+  const WorkingSetCounters now = WorkingSetNow();  // one read (a wait) of the device counters
   if (acct.sparse_layer_steps > 0) {
     // Device-side selection counts the tokens it lists in device memory.
     const double sparse_tokens =
-        device_select
-            ? static_cast<double>(WorkingSetNow().tokens_listed - acct.ws_start.tokens_listed)
-            : acct.tokens_sparse;
+        device_select ? static_cast<double>(now.tokens_listed - acct.ws_start.tokens_listed)
+                      : acct.tokens_sparse;
     s.tokens_attended = sparse_tokens / (static_cast<double>(acct.sparse_layer_steps) * n_kv_heads);
     s.nodes_visited = static_cast<double>(acct.nodes) /
                       (static_cast<double>(acct.sparse_layer_steps) * n_kv_heads);
@@ -53,7 +53,6 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
   }
   s.context_tokens = acct.context / steps;
   if (working_set) {
-    const WorkingSetCounters now = WorkingSetNow();
     const WorkingSetCounters& a = acct.ws_start;
     s.pages_fetched = static_cast<double>(now.pages_fetched - a.pages_fetched) / steps;
     s.bytes_fetched = static_cast<double>(now.bytes_fetched - a.bytes_fetched) / steps;

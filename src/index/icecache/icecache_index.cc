@@ -207,7 +207,7 @@ void IceCacheIndex::Select(const KvSequence& seq, int layer, const float* q,
     const LeafTree& tree = indexed ? s.tree : kEmpty;
     const TreeQuery query{q + static_cast<size_t>(h) * group * d, group, d};
     if (centroid) {
-      SelectByCentroid(seq, layer, h, query, reader, &out[h], stats);
+      SelectByCentroid(seq, layer, h, r, query, reader, &out[h], stats);
       if (record) {
         for (size_t i = r.sink_end; i + (r.end - r.window_begin) < out[h].size(); ++i) {
           const int32_t* pos = reader.Positions(out[h][i].id);
@@ -257,11 +257,11 @@ const float* IceCacheIndex::MeanKey(const KvSequence& seq, KeyReader& reader, co
 }
 
 void IceCacheIndex::SelectByCentroid(const KvSequence& seq, int layer, int head,
-                                     const TreeQuery& query, KeyReader& reader,
-                                     std::vector<PageRef>* out, SelectionStats* stats) {
+                                     const ListRegions& r, const TreeQuery& query,
+                                     KeyReader& reader, std::vector<PageRef>* out,
+                                     SelectionStats* stats) {
   const std::vector<PageRef>& pages = seq.pages(layer, head);
   const SelectionLimits& lim = context_.limits;
-  const ListRegions r = RegionsOf(seq, layer, head, lim);
   scores_.resize(pages.size());
   order_.clear();
   for (int32_t i = r.sink_end; i < r.window_begin; ++i) {

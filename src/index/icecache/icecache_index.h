@@ -40,6 +40,7 @@
 #include "index/icecache/tree_search.h"
 #include "index/key_reader.h"
 #include "index/policy.h"
+#include "index/regions.h"
 
 namespace icecache::ice {
 
@@ -93,10 +94,10 @@ class IceCacheIndex : public SequenceIndex {
   // by their ball's bound in exact mode, else exactly.
   void ScoreLoose(const std::vector<PageRef>& pages, int32_t begin, int32_t end,
                   const TreeQuery& query, KeyReader& reader, SelectionStats* stats);
-  // The centroid ranking (rank "centroid") of one list into `out`; records its positions when
-  // `record` is set.
-  void SelectByCentroid(const KvSequence& seq, int layer, int head, const TreeQuery& query,
-                        KeyReader& reader, std::vector<PageRef>* out, SelectionStats* stats);
+  // The centroid ranking (rank "centroid") of one list, whose regions are `r`, into `out`.
+  void SelectByCentroid(const KvSequence& seq, int layer, int head, const ListRegions& r,
+                        const TreeQuery& query, KeyReader& reader, std::vector<PageRef>* out,
+                        SelectionStats* stats);
   // A page's mean key as selection stores it, cached until the page changes.
   const float* MeanKey(const KvSequence& seq, KeyReader& reader, const PageRef& page);
   // The first layer of `layer`'s reuse group, or -1 when `layer` searches itself.
