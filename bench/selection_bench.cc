@@ -127,17 +127,17 @@ void PrintHeader() {
   std::printf(
       "| context | budget | policy | us / Select (median) | nodes / KV head | keys scored / KV "
       "head | nodes vs quest's pages | tokens selected / KV head | recall | build s | index "
-      "MiB |\n");
+      "MiB | us update / step |\n");
   std::printf(
       "|--------:|-------:|:-------|---------------------:|----------------:|-----------------:"
-      "|-------:|------:|------:|------:|------:|\n");
+      "|-------:|------:|------:|------:|------:|------:|\n");
   std::fflush(stdout);
 }
 
 // One table row; `quest_nodes` is quest's count at the same context and budget (0: none yet).
 void PrintRow(const Row& w, double quest_nodes) {
   if (!w.r.supported) {
-    std::printf("| %lld | %d | %s | unsupported: %s | | | | | | | |\n",
+    std::printf("| %lld | %d | %s | unsupported: %s | | | | | | | | |\n",
                 static_cast<long long>(w.context), w.budget, w.policy.c_str(), w.r.note.c_str());
     std::fflush(stdout);
     return;
@@ -148,11 +148,12 @@ void PrintRow(const Row& w, double quest_nodes) {
     std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * w.r.nodes / quest_nodes);
     vs = buf;
   }
-  std::printf("| %lld | %d | %s | %.1f | %.1f | %.1f | %s | %.1f | %.4f | %.2f | %.2f |\n",
+  std::printf("| %lld | %d | %s | %.1f | %.1f | %.1f | %s | %.1f | %.4f | %.2f | %.2f | %.1f |\n",
               static_cast<long long>(w.context), w.budget, w.policy.c_str(),
               1e6 * w.r.MedianSelect(), w.r.nodes, w.r.keys_scored, vs.c_str(), w.r.tokens_selected,
               w.r.recall, w.r.build_seconds,
-              static_cast<double>(w.r.index_bytes) / (1024.0 * 1024.0));
+              static_cast<double>(w.r.index_bytes) / (1024.0 * 1024.0),
+              w.r.steps > 0 ? 1e6 * w.r.update_seconds / w.r.steps : 0.0);
   std::fflush(stdout);
 }
 

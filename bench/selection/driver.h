@@ -42,6 +42,8 @@ struct DriveResult {
   bool supported = true;
   std::string note;              // why not, when unsupported
   double build_seconds = 0;      // OnAppend over the context
+  double update_seconds = 0;     // OnAppend of the measured decode steps' tokens, summed
+  int steps = 0;                 // measured decode steps
   std::vector<double> select_s;  // one per Select call (one layer, every KV head)
   double nodes = 0;              // per (Select call, KV head)
   double keys_scored = 0;        // per (Select call, KV head)
@@ -128,11 +130,11 @@ inline Result<DriveResult> DriveIndex(const KeySource& src, const KvConfig& kv,
   AttentionRecall meter;
   RecallTally tally;
   SelectionStats sum;
-  double unused = 0;
   int64_t calls = 0, selected = 0;
   for (int s = 0; s < o.steps; ++s) {
     const int64_t pos = o.context + s;
-    ICECACHE_RETURN_IF_ERROR(driver_internal::Append(src, seq, *index, pos, 1, &unused));
+    ICECACHE_RETURN_IF_ERROR(driver_internal::Append(src, seq, *index, pos, 1, &r.update_seconds));
+    ++r.steps;
     for (int l = 0; l < L.n_layers; ++l) {
       src.query(l, pos, q.data());
       const double t0 = NowSeconds();

@@ -126,17 +126,24 @@ void KvSequence::AdvanceTail(int layer, int head, int32_t pages) {
   }
 }
 
-void KvSequence::ReplaceHead(int layer, int head, std::vector<PageRef> pages) {
+void KvSequence::ReplaceHead(int layer, int head, std::vector<PageRef> pages,
+                             std::span<const int32_t> freed) {
   List& l = list(layer, head);
-  std::unordered_set<int32_t> kept;
-  for (const PageRef& r : pages) kept.insert(r.id);
-  for (int32_t i = 0; i < l.tail_index; ++i) {
-    if (kept.count(l.pages[i].id) == 0) pool_->Free(l.pages[i].id);
+#ifndef NDEBUG
+  {
+    std::unordered_set<int32_t> kept, dropped;
+    for (const PageRef& r : pages) kept.insert(r.id);
+    for (int32_t i = 0; i < l.tail_index; ++i) {
+      if (kept.count(l.pages[i].id) == 0) dropped.insert(l.pages[i].id);
+    }
+    ICECACHE_CHECK_MSG(dropped == std::unordered_set<int32_t>(freed.begin(), freed.end()),
+                       "ReplaceHead: `freed` is not the set of pages the new head drops");
   }
-  std::vector<PageRef> all = std::move(pages);
-  const int32_t new_tail = static_cast<int32_t>(all.size());
-  all.insert(all.end(), l.pages.begin() + l.tail_index, l.pages.end());
-  l.pages = std::move(all);
+#endif
+  for (int32_t id : freed) pool_->Free(id);
+  const int32_t new_tail = static_cast<int32_t>(pages.size());
+  pages.insert(pages.end(), l.pages.begin() + l.tail_index, l.pages.end());
+  l.pages = std::move(pages);
   l.tail_index = new_tail;
   l.stamp = NextStamp();
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kv/page_pool.h"
@@ -65,10 +66,12 @@ class KvSequence {
   // Moves the first `pages` whole pages of the tail out of it (they become the last pages
   // before the tail). REQUIRES: they are full.
   void AdvanceTail(int layer, int head, int32_t pages);
-  // Replaces the pages before the tail with `head` (same tokens, re-arranged), freeing pages
-  // that are no longer listed. REQUIRES: every listed page is this sequence's or freshly
-  // allocated from its pool.
-  void ReplaceHead(int layer, int head, std::vector<PageRef> pages);
+  // Replaces the pages before the tail with `pages` (same tokens, re-arranged) and frees
+  // `freed`: exactly the pages of the old head that `pages` no longer lists (the caller knows
+  // them, so a step that re-arranges a few pages of a long list costs no set of its ids).
+  // REQUIRES: every listed page is this sequence's or freshly allocated from its pool. Debug
+  // builds check `freed` against the lists.
+  void ReplaceHead(int layer, int head, std::vector<PageRef> pages, std::span<const int32_t> freed);
 
   // Pages held across all layers and heads.
   int64_t num_pages() const;

@@ -129,7 +129,7 @@ TEST_P(DenseTableTest, EveryOtherChangeIsSeen) {
   // ReplaceHead with a re-arranged copy.
   std::vector<PageRef> pages(b.pages(1, 0).begin(), b.pages(1, 0).begin() + 2);
   std::swap(pages[0], pages[1]);
-  b.ReplaceHead(1, 0, pages);
+  b.ReplaceHead(1, 0, pages, {});
   Check({a.get(), &b});
   // A new sequence in place of an old one (maybe at the same address), longer than it was.
   a.reset();

@@ -93,10 +93,10 @@ class KvHarness {
   void ExpectLossless() {
     const int d = layout_.head_dim;
     const KvPoolView v = pool_->view();
+    std::set<int32_t> ids;  // over all lists: a page belongs to one list
     for (int l = 0; l < layout_.n_layers; ++l) {
       for (int h = 0; h < layout_.n_kv_heads; ++h) {
         std::set<int64_t> seen;
-        std::set<int32_t> ids;
         for (const PageRef& p : seq_->pages(l, h)) {
           ASSERT_TRUE(ids.insert(p.id).second) << "page listed twice";
           for (int t = 0; t < p.len; ++t) {
@@ -117,6 +117,8 @@ class KvHarness {
         ASSERT_EQ(static_cast<int64_t>(seen.size()), seq_->length()) << "tokens lost";
       }
     }
+    // Re-arrangements free exactly the pages they stop listing: none leaks, none is lost.
+    ASSERT_EQ(pool_->used(), static_cast<int64_t>(ids.size())) << "pages leaked";
   }
 
  private:

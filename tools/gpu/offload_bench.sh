@@ -2,29 +2,37 @@
 # Sparse KV policies on an H200 with the KV offloaded (issue 6): the host tier in pinned host
 # memory, selection on the device (quest and icecache, --kv-select auto) or on the host (lychee,
 # or a policy written "name:host"), the device working set and the multi-segment decode kernel.
-# One run: build (or unpack a bundle from make_bundle.sh), the offload tests, a memcheck of a
-# sparse generation, the needle eval of SmolLM2 on the GPU (same settings as the CPU run of
-# docs/ACCURACY.md), and batch-1 decode benchmarks on the Llama-3.1-8B shape (synthetic
-# weights): full attention with all KV on the device against each sparse policy, offloaded,
-# with their --kv-stats. Device-selecting policies run twice: once as timed (no waits inside a
-# step) and once with --kv-timing for the select/fetch/attend split. Results go to $OUT (default out/gpu-offload): run.log, bench.jsonl,
-# needle_gpu.md and needle_gpu.jsonl. The haystack is read from .carry/pg_essays (a copy of
-# ../shared/data/haystack/pg_essays, which does not travel).
+# One run: build (or unpack a bundle from make_bundle.sh), the offload and device-selection tests
+# (--all-tests: every CUDA test), a memcheck of a
+# sparse generation, the needle and fidelity evals of SmolLM2 on the GPU (full, icecache and
+# lychee at budgets 64 to 1024, with the settings of the CPU run in docs/ACCURACY.md), and
+# batch-1 decode benchmarks on the Llama-3.1-8B shape (synthetic weights): full attention with
+# all KV on the device against each sparse policy, offloaded, with their --kv-stats.
+# Device-selecting policies run twice: once as timed (no waits inside a step) and once with
+# --kv-timing for the select/fetch/attend split. Results go to $OUT (default out/gpu-offload):
+# run.log, bench.jsonl, needle_gpu.{md,jsonl} and fidelity_gpu.{md,jsonl}. The model is
+# .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf; the haystack and the task are read from
+# .carry/pg_essays and .carry/leval/gov_report_summ.jsonl (copies of ../shared/data, which does
+# not travel).
 #
-#   tools/gpu/offload_bench.sh [--bundle FILE] [--skip-tests] [--skip-eval] [--skip-bench]
+#   tools/gpu/offload_bench.sh [--bundle FILE] [--skip-tests | --all-tests] [--skip-eval] [--skip-bench]
+#       [--eval-lengths 2K,4K,8K] [--eval-limit 10]
 #       [--contexts "32768"] [--budgets "2048"] [--policies "quest quest:host icecache lychee"]
 #       [--decode N] [--prefill-chunk N] [--bench-timeout SECONDS]
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$ROOT/out/gpu-offload}
-BUNDLE="" TESTS=1 EVAL=1 BENCH=1 DECODE=16 CHUNK=4096 LIMIT=600
+FILTER='CudaOffload*:CudaPageSelect*' BUNDLE="" TESTS=1 EVAL=1 BENCH=1 DECODE=16 CHUNK=4096 LIMIT=600 EVAL_LENGTHS=2K,4K,8K EVAL_LIMIT=10
 CONTEXTS="32768" BUDGETS="2048" POLICIES="quest quest:host icecache lychee"
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) BUNDLE=$2; shift ;;
     --skip-tests) TESTS=0 ;;
+    --all-tests) FILTER='*' ;;
     --skip-eval) EVAL=0 ;;
     --skip-bench) BENCH=0 ;;
+    --eval-lengths) EVAL_LENGTHS=$2; shift ;;
+    --eval-limit) EVAL_LIMIT=$2; shift ;;
     --contexts) CONTEXTS=$2; shift ;;
     --budgets) BUDGETS=$2; shift ;;
     --policies) POLICIES=$2; shift ;;
@@ -44,8 +52,8 @@ source "$ROOT/tools/gpu/binaries.sh"
 MODEL=$ROOT/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
 
 if [[ $TESTS == 1 ]]; then
-  step "offload tests (CudaOffload*)"
-  timeout 600 "$TESTBIN" --gtest_color=no --gtest_filter='CudaOffload*:CudaPageSelect*' ||
+  step "CUDA tests ($FILTER)"
+  timeout 600 "$TESTBIN" --gtest_color=no --gtest_filter="$FILTER" ||
     fail "offload and device-selection tests"
   step "compute-sanitizer memcheck: sparse decode with the KV offloaded (synthetic tiny)"
   CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
@@ -60,13 +68,22 @@ if [[ $TESTS == 1 ]]; then
   fi
 fi
 
-if [[ $EVAL == 1 && -f $MODEL ]]; then
-  step "needle on the GPU: SmolLM2, 2K and 4K, full/quest/icecache/lychee, budgets 128 and 1024"
-  timeout 900 "$BIN" eval needle -m default --device cuda --haystack "$ROOT/.carry/pg_essays" \
-    --lengths 2K,4K --policies full,quest,icecache,lychee --budgets 128,1024 --limit 4 \
-    --out /tmp/icecache-needle-gpu --progress never || fail "needle eval"
+if [[ $EVAL == 1 ]]; then
+  # The settings of the CPU comparison run in docs/ACCURACY.md ("The same evals on the GPU").
+  [[ -f $MODEL ]] || fail "eval: $MODEL is missing (join the model's parts first)"
+  EV=(-m default --device cuda --lengths "$EVAL_LENGTHS" --policies full,icecache,lychee
+      --budgets 64,128,256,1024 --kv-rank centroid --progress never)
+  step "needle on the GPU: SmolLM2, $EVAL_LENGTHS, full/icecache/lychee, budgets 64-1024"
+  rm -rf /tmp/icecache-needle-gpu /tmp/icecache-fidelity-gpu
+  timeout 900 "$BIN" eval needle "${EV[@]}" --haystack "$ROOT/.carry/pg_essays" \
+    --limit "$EVAL_LIMIT" --out /tmp/icecache-needle-gpu || fail "needle eval"
   cp /tmp/icecache-needle-gpu/needle.md "$OUT/needle_gpu.md"
   cp /tmp/icecache-needle-gpu/needle.jsonl "$OUT/needle_gpu.jsonl"
+  step "fidelity on the GPU: gov_report_summ, $EVAL_LENGTHS, 128 steps, 32 generated tokens"
+  timeout 900 "$BIN" eval fidelity "${EV[@]}" --task "$ROOT/.carry/leval/gov_report_summ.jsonl" \
+    --limit 2 --steps 128 --gen-tokens 32 --out /tmp/icecache-fidelity-gpu || fail "fidelity eval"
+  cp /tmp/icecache-fidelity-gpu/fidelity.md "$OUT/fidelity_gpu.md"
+  cp /tmp/icecache-fidelity-gpu/fidelity.jsonl "$OUT/fidelity_gpu.jsonl"
 fi
 
 if [[ $BENCH == 1 ]]; then

@@ -128,6 +128,12 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
     if (!timing_end_) timing_start_.reset();
   }
 
+  // ICECACHE_CUDA_GRAPHS=0: run decode steps eagerly (no capture), to tell a graph problem from
+  // a kernel one.
+  if (const char* g = std::getenv("ICECACHE_CUDA_GRAPHS"); g != nullptr && g[0] == '0') {
+    graphs_enabled_ = false;
+  }
+
   // Fixed scratch, allocated once: the GEMM workspace and the decode partials (bytes as i32).
   const int64_t scratch_ints =
       kGemmWorkspaceBytes / 4 + kDecodePartialFloats + kDecodeLseFloats + kDecodeCounters;
@@ -298,6 +304,7 @@ void CudaBackend::CollectGraphTiming() {
 }
 
 Status CudaBackend::RunGraph(uint64_t key, const std::function<Status()>& body) {
+  if (!graphs_enabled_) return body();
   Graph& g = graphs_[key];
   if (g.exec) {
     ++graph_replays_;

@@ -130,6 +130,7 @@ class CudaBackend final : public Backend {
     int64_t timed = 0;
   };
   std::unordered_map<uint64_t, Graph> graphs_;
+  bool graphs_enabled_ = true;  // ICECACHE_CUDA_GRAPHS=0 turns capture off
   int graphs_captured_ = 0;
   int64_t graph_replays_ = 0;
   // Replay timing (ICECACHE_CUDA_TIMING=1): events around the last replay, read at the next.

@@ -52,6 +52,9 @@ bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32
   const std::vector<std::vector<int32_t>> groups = Partition({keys.data(), ext.data(), d}, n, p);
   if (pool.capacity() - pool.used() < static_cast<int64_t>(groups.size())) return false;
 
+  // Every row is laid out again: all old leaf pages and the absorbed pages go back to the pool.
+  std::vector<int32_t> freed;
+  for (int32_t i = sink_pages; i < tail + absorb; ++i) freed.push_back(pages[i].id);
   seq.AdvanceTail(layer, head, absorb);
   std::vector<PageRef> head_pages(pages.begin(), pages.begin() + sink_pages);
   const RowCopier copier(view);
@@ -71,7 +74,7 @@ bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32
     head_pages.push_back({*id, static_cast<int32_t>(g.size())});
     tree->AddLeaf(group_keys.data(), static_cast<int>(g.size()));
   }
-  seq.ReplaceHead(layer, head, std::move(head_pages));
+  seq.ReplaceHead(layer, head, std::move(head_pages), freed);
   if (!tree->empty()) tree->BuildUpper();
   return true;
 }

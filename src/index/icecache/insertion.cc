@@ -114,7 +114,10 @@ bool InsertIntoList(KvSequence& seq, int layer, int head, int32_t sink_pages, in
   }
   std::vector<PageRef> head_pages(pages.begin(), pages.begin() + sink_pages);
   head_pages.insert(head_pages.end(), leaf_pages.begin(), leaf_pages.end());
-  seq.ReplaceHead(layer, head, std::move(head_pages));
+  // Every absorbed row now sits in a leaf page: the absorbed pages go back to the pool.
+  std::vector<int32_t> freed;
+  for (const PageRef& src : sources) freed.push_back(src.id);
+  seq.ReplaceHead(layer, head, std::move(head_pages), freed);
   return true;
 }
 

@@ -75,7 +75,12 @@ Status ApplyAbsorb(KvSequence& seq, int layer, int head, const AbsorbPlan& plan)
   lay_out(plan.new_pending_tokens);
   ICECACHE_CHECK(next == fresh.size());
   ICECACHE_CHECK(pos == plan.tail_pos + static_cast<int64_t>(plan.advance_pages) * p);
-  seq.ReplaceHead(layer, head, std::move(head_pages));
+  // The pending and absorbed pages were copied into fresh ones.
+  std::vector<int32_t> freed;
+  for (int32_t i = plan.keep_pages; i < plan.keep_pages + plan.PagesFreed(); ++i) {
+    freed.push_back(pages[i].id);
+  }
+  seq.ReplaceHead(layer, head, std::move(head_pages), freed);
   return Status::Ok();
 }
 

@@ -2,10 +2,10 @@
 // cores.
 //
 // Block (split s, head chunk, token t) attends up to kDecodeHeads query heads that share one KV
-// head (a GQA group, or a chunk of a larger one) over the entries [s * E / S, (s + 1) * E / S) of
-// the row's page list, E read from indptr on the device: the grid depends on the batch shape
-// only, so a captured launch stays valid as the lists grow. The block gathers its key slots 64
-// at a time with cp.async into a three-stage swizzled shared-memory ring (two tiles in flight
+// head (a GQA group, or a chunk of a larger one) over the entries s, s + S, s + 2S, ... of the
+// row's page list (E entries, E read from indptr on the device): the grid depends on the batch
+// shape only, so a captured launch stays valid as the lists grow. The block gathers its key slots
+// 64 at a time with cp.async into a three-stage swizzled shared-memory ring (two tiles in flight
 // while one is used), so many bytes are in flight without holding registers; the page ids of a
 // tile are read two tiles ahead and kept in shared memory as slot indices, so that the gather
 // can load whole K/V rows per group of lanes (full 128-byte lines per warp instruction, which
@@ -89,13 +89,18 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     e_begin = p.indptr[row];
     e_end = max(e_begin, p.indptr[row + 1]);
   }
+  // Entries go round-robin: split s takes e_begin + s, e_begin + s + S, ... Which split holds an
+  // entry then depends on its index only, never on how many entries follow it, so a table with
+  // empty slack entries at the end of a row (DenseAttention's) sums every page in the same
+  // order as a packed table of the same pages (the staged and working-set tables): the results
+  // agree bit for bit.
   const int64_t n_entries = e_end - e_begin;
-  const int s0 = e_begin + static_cast<int>(n_entries * split / splits);
-  const int s1 = e_begin + static_cast<int>(n_entries * (split + 1) / splits);
+  const int n_mine =
+      n_entries > split ? static_cast<int>((n_entries - split + splits - 1) / splits) : 0;
   const int qpos = p.causal ? p.q_pos[t] : 0x7fffffff;
   const int ps = p.page_size;
   const int shift = Pow2Shift(ps);
-  const int n_slots = (s1 - s0) * ps;  // < 2^31: a pool holds at most INT32_MAX slots
+  const int n_slots = n_mine * ps;  // < 2^31: a pool holds at most INT32_MAX slots
   const int n_tiles = (n_slots + kDecodeTile - 1) / kDecodeTile;
 
   const __nv_bfloat16* pool_k = static_cast<const __nv_bfloat16*>(p.pool_k);
@@ -109,8 +114,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     if (slot < n_slots) {
       int e, off;
       SlotEntry(slot, ps, shift, &e, &off);
-      *page = p.indices[s0 + e];
-      *len = p.lens[s0 + e];
+      const int64_t at = e_begin + split + static_cast<int64_t>(e) * splits;
+      *page = p.indices[at];
+      *len = p.lens[at];
     }
   };
   // The slot indices of a tile (or -1) go to one of four buffers sidx_s[tile % 4]; the
