@@ -140,12 +140,13 @@ int LaunchRopeWriteKv(Stream s, const float* inv_freq, void* q, int64_t q_heads,
   const size_t smem = inv_freq != nullptr ? static_cast<size_t>(p.head_dim) * sizeof(float) : 0;
   return Dispatch1(p.act_type, [&](auto tt) {
     using T = decltype(tt);
+    // Few tokens (decode): a token's heads over several blocks; many (prefill): one each.
+    const unsigned parts = p.n_tokens < 64 ? 8 : 1;
+    const dim3 grid(static_cast<unsigned>(p.n_tokens), parts);
     if (inv_freq != nullptr) {
-      RopeWriteKvKernel<T, true><<<static_cast<unsigned>(p.n_tokens), 128, smem, s>>>(
-          inv_freq, static_cast<T*>(q), q_heads, a);
+      RopeWriteKvKernel<T, true><<<grid, 128, smem, s>>>(inv_freq, static_cast<T*>(q), q_heads, a);
     } else {
-      RopeWriteKvKernel<T, false>
-          <<<static_cast<unsigned>(p.n_tokens), 128, 0, s>>>(nullptr, nullptr, 0, a);
+      RopeWriteKvKernel<T, false><<<grid, 128, 0, s>>>(nullptr, nullptr, 0, a);
     }
     return LastError();
   });

@@ -224,26 +224,31 @@ struct KvWriteArgsDevice {
   int64_t num_slots;
 };
 
-// One block per token: optionally rotates q and k (in place), then stores the token's K and V
-// rows into their page slots (bf16) and the token's position into each slot.
+// Blocks (token, part): optionally rotates q and k (in place), then stores the token's K and V
+// rows into their page slots (bf16) and the token's position into each slot. The gridDim.y parts
+// of a token share its rotary pairs (each part computes the angles itself), so a decode step's
+// single token is spread over several SMs instead of one block's long serial loop.
 template <typename T, bool kRope>
 __global__ void RopeWriteKvKernel(const float* inv_freq, T* q, int64_t q_heads,
                                   KvWriteArgsDevice a) {
   extern __shared__ float cs[];
   const int64_t t = blockIdx.x;
-  const int64_t d = a.head_dim;
-  const int64_t half = d / 2;
+  const int d = static_cast<int>(a.head_dim);
+  const int half = d / 2;
+  const int first = blockIdx.y * blockDim.x + threadIdx.x;
+  const int step = gridDim.y * blockDim.x;
   T* k = const_cast<T*>(static_cast<const T*>(a.k)) + t * a.kv_heads * d;
   const T* v = static_cast<const T*>(a.v) + t * a.kv_heads * d;
   if constexpr (kRope) {
     const float p = static_cast<float>(a.positions[t]);
-    for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
       sincosf(p * inv_freq[i], &cs[half + i], &cs[i]);
     }
     __syncthreads();
     T* qt = q + t * q_heads * d;
-    for (int64_t j = threadIdx.x; j < q_heads * half; j += blockDim.x) {
-      const int64_t h = j / half, i = j % half;
+    const int q_pairs = static_cast<int>(q_heads) * half;
+    for (int j = first; j < q_pairs; j += step) {
+      const int h = j / half, i = j % half;
       T* e = qt + h * d + i;
       float r0, r1;
       RotatePair(ToFloat(e[0]), ToFloat(e[half]), cs[i], cs[half + i], &r0, &r1);
@@ -251,8 +256,9 @@ __global__ void RopeWriteKvKernel(const float* inv_freq, T* q, int64_t q_heads,
       e[half] = FromFloat<T>(r1);
     }
   }
-  for (int64_t j = threadIdx.x; j < a.kv_heads * half; j += blockDim.x) {
-    const int64_t h = j / half, i = j % half;
+  const int kv_pairs = static_cast<int>(a.kv_heads) * half;
+  for (int j = first; j < kv_pairs; j += step) {
+    const int h = j / half, i = j % half;
     T* e = k + h * d + i;
     float k0 = ToFloat(e[0]), k1 = ToFloat(e[half]);
     if constexpr (kRope) {

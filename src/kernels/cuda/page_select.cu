@@ -1,12 +1,13 @@
 // Device-side page selection: page bounds, bound-ranked top pages per KV head, and the
 // working-set step (residency diff, slot assignment, fetch of the missing pages).
 //
-// SelectPages runs as two launches: ScoreKernel spreads the bound products of every candidate
-// over many blocks (a row's bounds are megabytes at 128K tokens), then RankKernel (one block per
-// row) finds the best `pages_left` scores by a radix select on the scores' order-preserving bit
-// patterns, sorts those few by (score, entry) and walks them as AssembleSelection does.
-// MapPages: AssignKernel (one block per row) diffs the selection against the row's slots with
-// warp ballots, then FetchKernel copies the missing pages, one block per page.
+// SelectPages runs as two launches: ScoreKernel (ScoreKernelVec for head dims 64, 128 and 256)
+// spreads the bound products of every candidate over many blocks (a row's bounds are megabytes at
+// 128K tokens), then RankKernel (one block per row) finds the best `pages_left` scores by a radix
+// select on the scores' order-preserving bit patterns, sorts those few by (score, entry) and walks
+// them as AssembleSelection does. MapPages: AssignKernel (one block per row) diffs the selection
+// against the row's slots with warp ballots, then FetchKernel copies the missing pages, one block
+// per page.
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/common.cuh"
@@ -75,18 +76,30 @@ __device__ __forceinline__ Limits LoadLimits(const int32_t* limits, int row, int
   return r;
 }
 
-// Block (chunk, row): kScoreWarps warps, kScorePerWarp candidates each. Lanes split the
-// dimensions; the score is the maximum over the group's query heads of the bound.
-__global__ void __launch_bounds__(kScoreThreads) ScoreKernel(PageSelectParams p) {
-  __shared__ float q_s[kMaxGroup * kMaxDim];
+// Shared start of the score kernels: the row's limits, the block's first candidate and the
+// group's queries in shared memory. False when the block has no candidate (block-uniform).
+__device__ __forceinline__ bool ScoreBlockStart(const PageSelectParams& p, float* q_s, Limits* lim,
+                                                int* first) {
   const int row = blockIdx.y;
-  const Limits lim = LoadLimits(p.limits, row, p.stride);
-  const int first = lim.sink_end + blockIdx.x * kScoreWarps * kScorePerWarp;
-  if (first >= lim.window_begin) return;
+  *lim = LoadLimits(p.limits, row, p.stride);
+  *first = lim->sink_end + blockIdx.x * kScoreWarps * kScorePerWarp;
+  if (*first >= lim->window_begin) return false;
   const int d = p.head_dim;
   const Bf16* q = static_cast<const Bf16*>(p.q) + static_cast<int64_t>(row) * p.group * d;
   for (int i = threadIdx.x; i < p.group * d; i += blockDim.x) q_s[i] = __bfloat162float(q[i]);
   __syncthreads();
+  return true;
+}
+
+// Block (chunk, row): kScoreWarps warps, kScorePerWarp candidates each. Lanes split the
+// dimensions; the score is the maximum over the group's query heads of the bound.
+__global__ void __launch_bounds__(kScoreThreads) ScoreKernel(PageSelectParams p) {
+  __shared__ float q_s[kMaxGroup * kMaxDim];
+  Limits lim;
+  int first = 0;
+  if (!ScoreBlockStart(p, q_s, &lim, &first)) return;
+  const int row = blockIdx.y;
+  const int d = p.head_dim;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Bf16* bounds = static_cast<const Bf16*>(p.bounds);
   for (int c = 0; c < kScorePerWarp; ++c) {
@@ -118,6 +131,81 @@ __global__ void __launch_bounds__(kScoreThreads) ScoreKernel(PageSelectParams p)
       }
     }
     if (lane == 0) p.scores[static_cast<int64_t>(row) * p.stride + e] = best;
+  }
+}
+
+// The same scores for head dims that are multiples of 64 (kV = d / 64 <= 4): eight lanes per
+// candidate, four candidates of a warp at once, each lane loading its 8 kV dimensions of a bound
+// row as 16-byte words (whole 128-byte lines per group of lanes). A lane sums its dimensions in
+// order, then the eight lanes combine by a butterfly; only the summation order differs from
+// ScoreKernel's (and the CPU reference's), which the parity tests' exact inputs do not see.
+template <int kV>
+__global__ void __launch_bounds__(kScoreThreads) ScoreKernelVec(PageSelectParams p) {
+  __shared__ float q_s[kMaxGroup * kMaxDim];
+  Limits lim;
+  int first = 0;
+  if (!ScoreBlockStart(p, q_s, &lim, &first)) return;
+  const int row = blockIdx.y;
+  const int d = p.head_dim;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int sub = lane / 8, l8 = lane % 8;
+  const Bf16* bounds = static_cast<const Bf16*>(p.bounds);
+  const bool minmax = p.bound_rows == 2;
+#pragma unroll
+  for (int c0 = 0; c0 < kScorePerWarp; c0 += 4) {
+    const int e = first + warp * kScorePerWarp + c0 + sub;
+    const int64_t at = static_cast<int64_t>(row) * p.stride + e;
+    bool ok = false;
+    float lo[8 * kV], hi[8 * kV];
+#pragma unroll
+    for (int i = 0; i < 8 * kV; ++i) lo[i] = hi[i] = 0.0f;
+    if (e < lim.window_begin) {
+      const int32_t id = p.list_ids[at];
+      ok = id >= 0 && id < p.bound_pages && p.list_lens[at] > 0;
+      if (ok) {
+        const Bf16* b = bounds + static_cast<int64_t>(id) * p.bound_rows * d;
+#pragma unroll
+        for (int v = 0; v < kV; ++v) {
+          const uint4 w = *reinterpret_cast<const uint4*>(b + v * 64 + l8 * 8);
+          const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const float2 f =
+                __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[k]));
+            lo[v * 8 + 2 * k] = f.x;
+            lo[v * 8 + 2 * k + 1] = f.y;
+          }
+          if (minmax) {
+            const uint4 u = *reinterpret_cast<const uint4*>(b + d + v * 64 + l8 * 8);
+            const uint32_t hw[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&hw[k]));
+              hi[v * 8 + 2 * k] = f.x;
+              hi[v * 8 + 2 * k + 1] = f.y;
+            }
+          }
+        }
+      }
+    }
+    float best = kNegInf;
+    for (int g = 0; g < p.group; ++g) {
+      const float* qg = q_s + g * d;
+      float s = 0.0f;
+#pragma unroll
+      for (int v = 0; v < kV; ++v) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float x = qg[v * 64 + l8 * 8 + i];
+          s += minmax ? fmaxf(x * lo[v * 8 + i], x * hi[v * 8 + i]) : x * lo[v * 8 + i];
+        }
+      }
+      s += __shfl_xor_sync(0xffffffffu, s, 4);
+      s += __shfl_xor_sync(0xffffffffu, s, 2);
+      s += __shfl_xor_sync(0xffffffffu, s, 1);
+      best = g == 0 ? s : fmaxf(best, s);
+    }
+    if (e < lim.window_begin && l8 == 0) p.scores[at] = ok ? best : kNegInf;
   }
 }
 
@@ -460,7 +548,17 @@ int LaunchSelectPages(Stream s, const PageSelectParams& p) {
   const int per_block = kScoreWarps * kScorePerWarp;
   const unsigned chunks = static_cast<unsigned>((p.stride + per_block - 1) / per_block);
   if (chunks > 0) {
-    ScoreKernel<<<dim3(chunks, static_cast<unsigned>(p.rows)), kScoreThreads, 0, s>>>(p);
+    const dim3 grid(chunks, static_cast<unsigned>(p.rows));
+    const bool aligned = reinterpret_cast<uintptr_t>(p.bounds) % 16 == 0;
+    if (aligned && p.head_dim == 64) {
+      ScoreKernelVec<1><<<grid, kScoreThreads, 0, s>>>(p);
+    } else if (aligned && p.head_dim == 128) {
+      ScoreKernelVec<2><<<grid, kScoreThreads, 0, s>>>(p);
+    } else if (aligned && p.head_dim == 256) {
+      ScoreKernelVec<4><<<grid, kScoreThreads, 0, s>>>(p);
+    } else {
+      ScoreKernel<<<grid, kScoreThreads, 0, s>>>(p);
+    }
     const int e = LastError();
     if (e != 0) return e;
   }
