@@ -3,11 +3,11 @@
 # memory, selection on the device (quest and icecache, --kv-select auto) or on the host (lychee,
 # or a policy written "name:host"), the device working set and the multi-segment decode kernel.
 # One run: build (or unpack a bundle from make_bundle.sh), the offload and device-selection tests
-# (--all-tests: every CUDA test), a memcheck of a
-# sparse generation, the needle and fidelity evals of SmolLM2 on the GPU (full, icecache and
-# lychee at budgets 64 to 1024, with the settings of the CPU run in docs/ACCURACY.md), and
-# batch-1 decode benchmarks on the Llama-3.1-8B shape (synthetic weights): full attention with
-# all KV on the device against each sparse policy, offloaded, with their --kv-stats.
+# (--all-tests: every CUDA test), a memcheck of a sparse generation, the needle and fidelity
+# evals of SmolLM2 on the GPU (full, icecache and lychee at budgets 64 to 1024, with the settings
+# of the CPU run in docs/ACCURACY.md), and batch-1 decode benchmarks on the Llama-3.1-8B shape
+# (synthetic weights): full attention with all KV on the device against each sparse policy,
+# offloaded, with their --kv-stats.
 # Device-selecting policies run twice: once as timed (no waits inside a step) and once with
 # --kv-timing for the select/fetch/attend split. Results go to $OUT (default out/gpu-offload):
 # run.log, bench.jsonl, needle_gpu.{md,jsonl} and fidelity_gpu.{md,jsonl}. The model is
@@ -15,8 +15,8 @@
 # .carry/pg_essays and .carry/leval/gov_report_summ.jsonl (copies of ../shared/data, which does
 # not travel).
 #
-#   tools/gpu/offload_bench.sh [--bundle FILE] [--skip-tests | --all-tests] [--skip-eval] [--skip-bench]
-#       [--eval-lengths 2K,4K,8K] [--eval-limit 10]
+#   tools/gpu/offload_bench.sh [--bundle FILE] [--skip-tests | --all-tests] [--skip-eval]
+#       [--skip-bench] [--eval-lengths 2K,4K,8K] [--eval-limit 10]
 #       [--contexts "32768"] [--budgets "2048"] [--policies "quest quest:host icecache lychee"]
 #       [--decode N] [--prefill-chunk N] [--bench-timeout SECONDS]
 set -uo pipefail
