@@ -12,8 +12,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -205,10 +203,7 @@ TEST_F(CudaModelParity, SyntheticTinyHasTheSameWeightsOnBothBackends) {
 TEST_F(CudaModelParity, SmolLM2MatchesCpuBackend) {
   const std::string model = testing::DefaultModelPath();
   if (model.empty()) GTEST_SKIP() << "default model not present (.cache/models); skipping";
-  std::ifstream in(testing::DataPath("reference/smollm2.json"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const nlohmann::json fx = nlohmann::json::parse(ss.str());
+  const nlohmann::json fx = testing::ReadDataJson("reference/smollm2.json");
   std::vector<PromptCase> prompts;
   for (const nlohmann::json& p : fx["prompts"]) {
     PromptCase c{p["name"], p["input_ids"].get<std::vector<int32_t>>(), {}};

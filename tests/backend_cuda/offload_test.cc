@@ -12,10 +12,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "cuda_test_util.h"
 #include "icecache/engine.h"
@@ -128,10 +124,7 @@ TEST_F(CudaOffload, SmolLM2CoveringBudgetsAreExact) {
 // Real text: the first kContext + kSteps tokens of the long reference prompt (tokenized by
 // transformers; tests/data/reference/smollm2.json).
 ScoreRequest RealTextRequest() {
-  std::ifstream in(testing::DataPath("reference/smollm2.json"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const nlohmann::json fx = nlohmann::json::parse(ss.str());
+  const nlohmann::json fx = testing::ReadDataJson("reference/smollm2.json");
   ScoreRequest r;
   for (const nlohmann::json& p : fx["prompts"]) {
     if (p["name"] != "long") continue;

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -24,12 +23,7 @@ class CliTest : public ::testing::Test {
       GTEST_SKIP() << "default model not downloaded (scripts/fetch_model.sh)";
     }
   }
-  static Json Fixture() {
-    std::ifstream in(testing::DataPath("reference/smollm2.json"));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return Json::parse(ss.str());
-  }
+  static Json Fixture() { return testing::ReadDataJson("reference/smollm2.json"); }
   // Writes `text` to a temp file and returns its path.
   static std::string TempFile(const std::string& text) {
     const std::string path = testing::MakeTempDir("cli") + "/prompt.txt";

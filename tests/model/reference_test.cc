@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -19,13 +18,6 @@ namespace icecache {
 namespace {
 
 using Json = nlohmann::json;
-
-Json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return Json::parse(ss.str());
-}
 
 std::vector<float> ReadF32(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
@@ -102,7 +94,7 @@ TEST(ReferenceTest, SmolLM2MatchesTransformers) {
   if (model.empty()) GTEST_SKIP() << "default model not downloaded (scripts/fetch_model.sh)";
   auto engine = Engine::Create({.model = model});
   ASSERT_TRUE(engine.ok()) << engine.status().message();
-  CheckAgainstFixture(**engine, ReadJson(testing::DataPath("reference/smollm2.json")), {});
+  CheckAgainstFixture(**engine, testing::ReadDataJson("reference/smollm2.json"), {});
 }
 
 TEST(ReferenceTest, SmolLM2PrefillChunkSizeDoesNotMatter) {
@@ -112,7 +104,7 @@ TEST(ReferenceTest, SmolLM2PrefillChunkSizeDoesNotMatter) {
   options.kv.page_size = 5;
   auto engine = Engine::Create(options);
   ASSERT_TRUE(engine.ok()) << engine.status().message();
-  CheckAgainstFixture(**engine, ReadJson(testing::DataPath("reference/smollm2.json")),
+  CheckAgainstFixture(**engine, testing::ReadDataJson("reference/smollm2.json"),
                       {.check_tokenization = false, .check_greedy = false});
 }
 
@@ -125,7 +117,7 @@ class TinyReferenceTest : public ::testing::TestWithParam<std::string> {
     ADD_FAILURE() << "no spec " << GetParam();
     return {};
   }
-  Json Fixture() { return ReadJson(testing::DataPath("reference/" + GetParam() + ".json")); }
+  Json Fixture() { return testing::ReadDataJson("reference/" + GetParam() + ".json"); }
 };
 
 TEST_P(TinyReferenceTest, FixtureSpecMatchesCpp) {

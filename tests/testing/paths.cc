@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <unistd.h>
 
@@ -17,6 +19,13 @@ std::string SourceDir() {
 }
 
 std::string DataPath(const std::string& rel) { return SourceDir() + "/tests/data/" + rel; }
+
+nlohmann::json ReadDataJson(const std::string& rel) {
+  std::ifstream in(DataPath(rel));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
 
 std::string DefaultModelPath() {
   const char* kFile = "SmolLM2-135M-Instruct.Q4_1.gguf";

@@ -3,12 +3,16 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace icecache::testing {
 
 // The repository root: $ICECACHE_SOURCE_DIR if set, else compiled in.
 std::string SourceDir();
 // tests/data/<rel>.
 std::string DataPath(const std::string& rel);
+// tests/data/<rel> parsed as JSON (the reference fixtures).
+nlohmann::json ReadDataJson(const std::string& rel);
 // The default model GGUF if present ($ICECACHE_MODEL_DIR, then <repo>/.cache/models), else "".
 std::string DefaultModelPath();
 // A fresh empty directory under the system temp dir, unique per call.
