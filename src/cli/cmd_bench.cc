@@ -241,7 +241,7 @@ Command AddBenchCommand(CLI::App& root) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* app = root.add_subcommand("bench", "Measure prefill and decode speed");
   AddModelOptions(*app, &args->model);
-  app->add_option("--contexts", args->contexts, "context lengths, e.g. 512,2K,8K")
+  app->add_option("--contexts,--context", args->contexts, "context lengths, e.g. 512,2K,8K")
       ->capture_default_str();
   app->add_option("--decode", args->decode, "decode tokens per context")
       ->check(CLI::Range(1, 4096))

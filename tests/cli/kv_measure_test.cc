@@ -16,6 +16,18 @@ using Json = nlohmann::json;
 using testing::CliPath;
 using testing::RunCommand;
 
+// `--context` (one length, the spelling of issue 6's acceptance command) is `--contexts`.
+TEST(KvMeasureCliTest, BenchTakesContextAsWell) {
+  auto r = RunCommand(CliPath() +
+                      " bench --synthetic tiny --context 300 --decode 2 --repeats 1"
+                      " --kv-policy icecache --kv-budget 64 --kv-stats --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 1u);
+  EXPECT_EQ(j["results"][0]["context"], 300);
+  EXPECT_NE(r.err.find("time per step"), std::string::npos) << r.err;
+}
+
 TEST(KvMeasureCliTest, BenchComparesPoliciesInOneRun) {
   auto r = RunCommand(CliPath() +
                       " bench --synthetic tiny --contexts 300 --decode 4 --repeats 2"
