@@ -1,8 +1,8 @@
 // CUDA backend kernels at Llama-3.1-8B shapes (hidden 4096, ffn 14336, vocab 128256, 32 query
 // heads, 8 KV heads, head_dim 128, pages of 16), bf16: MatMul for decode (n = 1: our GEMV) and a
-// prefill chunk (n = 4096: cuBLASLt), decode attention over 4K / 32K / 128K tokens, prefill
-// attention of a 4096-token chunk at the end of 32K tokens, and RMSNorm. Skips (with a message)
-// where no GPU is present.
+// prefill chunk (n = 4096: cuBLASLt), a layer's stacked decode projections against separate ones,
+// decode attention over 4K / 32K / 128K tokens, prefill attention of a 4096-token chunk at the end
+// of 32K tokens, and RMSNorm. Skips (with a message) where no GPU is present.
 //
 //   build-x/bench/cuda_ops_bench [--benchmark_filter=Attention]
 //
@@ -98,6 +98,54 @@ BENCHMARK(BM_MatMul)
     ->Args({4096, 4096, 4096})
     ->Args({4096, 14336, 4096})
     ->Args({4096, 4096, 14336})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// One decode token's q/k/v and gate/up projections (with SwiGLU) of the Llama-3.1-8B shape, per
+// layer: stacked = 1 reads [wq; wk; wv] and [w_gate; w_up] in one GEMV each (MatMulSplit,
+// MatMulGlu); stacked = 0 runs the same weights as five MatMuls and a SwiGlu. Four layers'
+// weights (1.1 GB) rotate so that the 50 MB L2 cannot hold them between uses.
+void BM_LayerProjections(benchmark::State& state) {
+  Backend* b = Gpu();
+  if (b == nullptr) return state.SkipWithError("no GPU");
+  const bool stacked = state.range(0) != 0;
+  constexpr int kLayers = 4;
+  const int64_t h = 4096, q = 4096, kv = 1024, f = 14336;
+  Tensor x = Random(*b, DType::kBF16, {1, h}, 1);
+  std::vector<Tensor> qkv, gate_up;
+  for (int l = 0; l < kLayers; ++l) {
+    qkv.push_back(Random(*b, DType::kBF16, {q + 2 * kv, h}, 10 + l, 0.02f));
+    gate_up.push_back(Random(*b, DType::kBF16, {2 * f, h}, 20 + l, 0.02f));
+  }
+  Tensor yq = b->Allocate(DType::kBF16, {1, q}).value();
+  Tensor yk = b->Allocate(DType::kBF16, {1, kv}).value();
+  Tensor yv = b->Allocate(DType::kBF16, {1, kv}).value();
+  Tensor gate = b->Allocate(DType::kBF16, {1, f}).value();
+  Tensor up = b->Allocate(DType::kBF16, {1, f}).value();
+  const Tensor outs[] = {yq, yk, yv};
+  const Timing t = TimeOp(state, *b, 10, [&] {
+    for (int l = 0; l < kLayers; ++l) {
+      if (stacked) {
+        b->MatMulSplit(x, qkv[l], outs);
+        b->MatMulGlu(x, gate_up[l], up, gate);
+      } else {
+        b->MatMul(x, qkv[l].Slice(0, q), nullptr, yq);
+        b->MatMul(x, qkv[l].Slice(q, q + kv), nullptr, yk);
+        b->MatMul(x, qkv[l].Slice(q + kv, q + 2 * kv), nullptr, yv);
+        b->MatMul(x, gate_up[l].Slice(0, f), nullptr, gate);
+        b->MatMul(x, gate_up[l].Slice(f, 2 * f), nullptr, up);
+        b->SwiGlu(gate, up, gate);
+      }
+    }
+  });
+  const double bytes = static_cast<double>((q + 2 * kv + 2 * f) * h * 2) * kLayers;
+  state.counters["GB/s"] = t.Rate(bytes, 1e9);
+  state.counters["us/layer"] = t.ops > 0 ? 1e6 * t.seconds / t.ops / kLayers : 0.0;
+}
+BENCHMARK(BM_LayerProjections)
+    ->ArgNames({"stacked"})
+    ->Arg(0)
+    ->Arg(1)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

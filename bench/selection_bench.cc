@@ -10,6 +10,10 @@
 //   selection_bench real --keys KEYS [--contexts ...] [--budgets 256,1024]
 //                        [--policies quest,lychee,icecache] [--model default]
 //       measures on the recorded keys (the model's tokenizer gives lychee its text boundaries).
+//   selection_bench build [--context 128K] [--layers 32] [--kv-heads 8] [--dim 128]
+//                         [--threads 0,1,...] [--policy icecache] [--budget 2048] [--dtype bf16]
+//       the prompt's bulk index build as the engine runs it after prefill (every list of a
+//       sequence, one OnAppend, host worker threads), timed for each thread count listed.
 //   selection_bench synthetic [--contexts 1K,...,1M] [--budgets 256,1024] [--policies ...]
 //                             [--steps 32] [--topics 256]
 //       one layer, one KV head, clustered Gaussian keys (bench/selection/synthetic_keys.h).
@@ -23,6 +27,7 @@
 
 #include "icecache/engine.h"
 #include "model/loader.h"
+#include "selection/bulk_build.h"
 #include "selection/driver.h"
 #include "selection/key_file.h"
 #include "selection/recorder.h"
@@ -279,13 +284,43 @@ int Synthetic(const Args& a) {
                  steps, static_cast<int>(std::stol(Get(a, "chunk", "512"))));
 }
 
+int Build(const Args& a) {
+  auto context = ParseList(Get(a, "context", "128K"));
+  auto threads = ParseList(Get(a, "threads", "0"));
+  if (!context.ok() || !threads.ok()) return Fail(InvalidArgument("bad list"));
+  BulkBuildOptions o;
+  o.context = context->front();
+  o.layers = static_cast<int>(std::stol(Get(a, "layers", "32")));
+  o.kv_heads = static_cast<int>(std::stol(Get(a, "kv-heads", "8")));
+  o.dim = static_cast<int>(std::stol(Get(a, "dim", "128")));
+  const std::string dtype = Get(a, "dtype", "bf16");
+  if (dtype != "bf16" && dtype != "f32") return Fail(InvalidArgument("--dtype: bf16 or f32"));
+  o.dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  o.kv.policy = Get(a, "policy", "icecache");
+  o.kv.budget = static_cast<int>(std::stol(Get(a, "budget", "2048")));
+  std::printf("bulk build of %d x %d lists of %lld keys (d %d, %s pages), policy %s budget %d\n\n",
+              o.layers, o.kv_heads, static_cast<long long>(o.context), o.dim, dtype.c_str(),
+              o.kv.policy.c_str(), o.kv.budget);
+  std::printf("| threads | fill s | build s | ms per list | lists / s |\n|--:|--:|--:|--:|--:|\n");
+  for (int64_t t : *threads) {
+    o.threads = static_cast<int>(t);
+    auto r = RunBulkBuild(o);
+    if (!r.ok()) return Fail(r.status());
+    std::printf("| %d | %.2f | %.2f | %.1f | %.1f |\n", r->threads, r->fill_seconds,
+                r->build_seconds, 1e3 * r->build_seconds / static_cast<double>(r->lists),
+                static_cast<double>(r->lists) / r->build_seconds);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace icecache::bench
 
 int main(int argc, char** argv) {
   using namespace icecache::bench;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: selection_bench record|real|synthetic [--key value ...]\n");
+    std::fprintf(stderr, "usage: selection_bench record|real|synthetic|build [--key value ...]\n");
     return 2;
   }
   Args a;
@@ -306,10 +341,12 @@ int main(int argc, char** argv) {
     if (mode == "record") return Record(a);
     if (mode == "real") return Real(a);
     if (mode == "synthetic") return Synthetic(a);
+    if (mode == "build") return Build(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "error: unknown mode '%s' (record, real or synthetic)\n", mode.c_str());
+  std::fprintf(stderr, "error: unknown mode '%s' (record, real, synthetic or build)\n",
+               mode.c_str());
   return 2;
 }

@@ -105,6 +105,8 @@ struct KvStats {
   // everything else.
   double select_seconds = 0, fetch_seconds = 0, attend_seconds = 0, update_seconds = 0,
          other_seconds = 0;
+  // The last prompt's index build after its prefill (part of its prefill time), in seconds.
+  double prompt_index_seconds = 0;
   int64_t host_kv_bytes = 0;      // KV of this sequence in the host tier
   bool kv_offloaded = false;      // the host tier is pinned host memory of a GPU engine
   int64_t working_set_bytes = 0;  // working-set slots reserved for this sequence

@@ -22,6 +22,23 @@ void Backend::MatMul(const Tensor& x, const Tensor& w, const Tensor* bias, const
   DoMatMul(x, w, bias, y);
 }
 
+void Backend::MatMulSplit(const Tensor& x, const Tensor& w, std::span<const Tensor> ys) {
+  ICECACHE_CHECK(w.ndim() == 2 && x.cols() == w.dim(1) && !ys.empty());
+  int64_t rows = 0;
+  for (const Tensor& y : ys) {
+    ICECACHE_CHECK(y.rows() == x.rows() && y.dtype() == ys[0].dtype());
+    rows += y.cols();
+  }
+  ICECACHE_CHECK(rows == w.dim(0));
+  DoMatMulSplit(x, w, ys);
+}
+
+void Backend::MatMulGlu(const Tensor& x, const Tensor& w, const Tensor& up, const Tensor& out) {
+  ICECACHE_CHECK(w.ndim() == 2 && x.cols() == w.dim(1) && w.dim(0) == 2 * out.cols());
+  ICECACHE_CHECK(out.rows() == x.rows() && SameShape(up, out) && up.dtype() == out.dtype());
+  DoMatMulGlu(x, w, up, out);
+}
+
 void Backend::Embed(const Tensor& table, const Tensor& ids, const Tensor& out) {
   ICECACHE_CHECK(table.ndim() == 2 && ids.dtype() == DType::kI32);
   ICECACHE_CHECK(out.rows() == ids.numel() && out.cols() == table.dim(1));

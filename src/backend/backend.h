@@ -156,6 +156,10 @@ class Backend {
   // Turns a host weight of any file dtype into the form MatMul/Embed read on this backend (the
   // CPU backend keeps supported quantized formats as they are, borrowing the storage).
   virtual Result<Tensor> PrepareWeight(const Tensor& host_weight) = 0;
+  // Prepares host matrices of one width as one matrix whose rows are theirs in order, for
+  // MatMulSplit and MatMulGlu (its row blocks, Tensor::Slice, serve as the single matrices). An
+  // empty result: this backend keeps them apart (the CPU, which reads the file's own blocks).
+  virtual Result<Tensor> PrepareStacked(std::span<const Tensor* const> parts) { return Tensor(); }
   // Device memory held by this backend's allocations (zero on the CPU, which has none).
   struct DeviceMemory {
     int64_t used = 0, peak = 0, limit = 0;  // limit 0: no cap
@@ -213,6 +217,12 @@ class Backend {
   void FillRandom(const Tensor& t, uint64_t seed, float scale, float offset);
 
   // Fused forms of op sequences (the defaults run the sequence; a backend may fuse them).
+  // MatMul of x with each consecutive row block of a stacked w, block i (ys[i].cols() rows) into
+  // ys[i]: the q/k/v projections in one pass over their weights.
+  void MatMulSplit(const Tensor& x, const Tensor& w, std::span<const Tensor> ys);
+  // out = silu(x w_gate^T) * (x w_up^T) for w = [w_gate; w_up] stacked; `up` (out's shape) is
+  // scratch for backends that run it as MatMul, MatMul, SwiGlu.
+  void MatMulGlu(const Tensor& x, const Tensor& w, const Tensor& up, const Tensor& out);
   // inout += a, then out = RmsNorm(inout, w). `out` may alias `a`.
   void AddRmsNorm(const Tensor& a, const Tensor& inout, const Tensor& w, float eps,
                   const Tensor& out);
@@ -239,6 +249,19 @@ class Backend {
                             const Tensor& out) {
     DoAdd(a, inout);
     DoRmsNorm(inout, w, eps, out);
+  }
+  virtual void DoMatMulSplit(const Tensor& x, const Tensor& w, std::span<const Tensor> ys) {
+    int64_t row = 0;
+    for (const Tensor& y : ys) {
+      DoMatMul(x, w.Slice(row, row + y.cols()), nullptr, y);
+      row += y.cols();
+    }
+  }
+  virtual void DoMatMulGlu(const Tensor& x, const Tensor& w, const Tensor& up, const Tensor& out) {
+    const int64_t f = out.cols();
+    DoMatMul(x, w.Slice(0, f), nullptr, out);
+    DoMatMul(x, w.Slice(f, 2 * f), nullptr, up);
+    DoSwiGlu(out, up, out);
   }
   virtual void DoRopeWriteKv(const Tensor& inv_freq, const Tensor& q, const KvWriteArgs& args) {
     DoRope(args.positions, inv_freq, q);

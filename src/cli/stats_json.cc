@@ -40,6 +40,7 @@ nlohmann::json KvStatsToJson(const KvStats& s) {
       {"attend_seconds", s.attend_seconds},
       {"update_seconds", s.update_seconds},
       {"other_seconds", s.other_seconds},
+      {"prompt_index_seconds", s.prompt_index_seconds},
       {"host_kv_bytes", s.host_kv_bytes},
       {"kv_offloaded", s.kv_offloaded},
       {"working_set_bytes", s.working_set_bytes},
@@ -87,6 +88,11 @@ std::string KvStatsText(const KvStats& s) {
     if (s.select_seconds + s.fetch_seconds + s.attend_seconds == 0) {
       text += "\n                 (select/fetch/attend not split: run with --kv-timing)";
     }
+  }
+  if (s.prompt_index_seconds > 0) {
+    text +=
+        fmt::format("\nprompt index     built in {:.3f} s after the prompt's prefill (part of it)",
+                    s.prompt_index_seconds);
   }
   if (s.recall_samples > 0) {
     text += fmt::format(

@@ -271,6 +271,8 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
   }
   // The prompt's attention is dense, so the index sees the whole prompt once: one bulk build of
   // every list instead of one per chunk (or token by token insertion of later chunks).
+  if (backend_->device() != Device::kCpu) backend_->Synchronize();  // the prompt's own work
+  const double t0 = NowSeconds();
   ICECACHE_RETURN_IF_ERROR(AfterForward(state, start, tokens));
   if (state.device_select) {
     ICECACHE_RETURN_IF_ERROR(state.device_select->Prepare(state.seq, 0));
@@ -278,6 +280,7 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
     // not to the first decode step's.
     backend_->Synchronize();
   }
+  state.prompt_index_s = NowSeconds() - t0;
   return last;
 }
 
@@ -289,7 +292,8 @@ Result<Tensor> EngineImpl::DecodeStep(SequenceState& state, int32_t token) {
 }
 
 Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
-                                       std::span<const int32_t> tokens) {
+                                       std::span<const int32_t> tokens,
+                                       std::vector<int32_t>* sampled) {
   std::vector<KvSequence*> seqs;
   std::vector<int32_t> counts(states.size(), 1);
   bool sparse = false;
@@ -300,12 +304,20 @@ Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
   }
   ForwardInput in{seqs, tokens, counts, LogitsMode::kLast, {}};
   in.attention = staged_.get();
+  in.logits_in_backend = sampled != nullptr;
   if (sparse) {
     sparse_->SetBatch(states);
     in.attention = sparse_.get();
   }
   const double t0 = NowSeconds();
   ICECACHE_ASSIGN_OR_RETURN(Tensor out, transformer_->Forward(in));
+  if (sampled != nullptr) {
+    // Greedy on the device: only the ids cross to the host (SampleTokens waits for them).
+    sampled->assign(states.size(), 0);
+    const std::vector<SampleRowParams> greedy(states.size());
+    ICECACHE_RETURN_IF_ERROR(backend_->SampleTokens(out, greedy, *sampled));
+    out = Tensor();
+  }
   const double dt = NowSeconds() - t0;
   for (size_t i = 0; i < states.size(); ++i) {
     SequenceState& st = *states[i];
@@ -374,12 +386,20 @@ Result<std::vector<GenerateResult>> EngineImpl::RunBatch(std::span<SequenceState
   for (Generation& g : gens) active.push_back(&g);
   std::vector<int32_t> tokens;
   std::vector<Generation*> stepping;
+  // Ids the last step sampled on the device, one per active request (empty: sample on the host
+  // from each request's logits). A GPU samples greedy requests itself, so that only the ids
+  // cross to the host; seeded random sampling stays on the host, where it draws the same tokens
+  // as on the CPU backend.
+  std::vector<int32_t> sampled;
+  const bool device_sampler = backend_->device() != Device::kCpu;
   for (SequenceState* s : states) s->ResetAccounting();
   while (!active.empty()) {
     tokens.clear();
     stepping.clear();
-    for (Generation* g : active) {
-      if (std::optional<int32_t> next = g->Step(g->logits())) {
+    for (size_t i = 0; i < active.size(); ++i) {
+      Generation* g = active[i];
+      if (std::optional<int32_t> next =
+              sampled.empty() ? g->Step(g->logits()) : g->Accept(sampled[i])) {
         tokens.push_back(*next);
         stepping.push_back(g);
       }
@@ -387,10 +407,17 @@ Result<std::vector<GenerateResult>> EngineImpl::RunBatch(std::span<SequenceState
     active = stepping;
     if (active.empty()) break;
     std::vector<SequenceState*> step_states;
-    for (Generation* g : active) step_states.push_back(g->state());
-    ICECACHE_ASSIGN_OR_RETURN(Tensor out, DecodeBatch(step_states, tokens));
+    bool greedy = device_sampler;
+    for (Generation* g : active) {
+      step_states.push_back(g->state());
+      greedy = greedy && g->GreedyOnly();
+    }
+    sampled.clear();
+    ICECACHE_ASSIGN_OR_RETURN(Tensor out,
+                              DecodeBatch(step_states, tokens, greedy ? &sampled : nullptr));
     for (size_t i = 0; i < active.size(); ++i) {
       ++active[i]->forwards;
+      if (greedy) continue;
       const float* row = static_cast<const float*>(out.row(static_cast<int64_t>(i)));
       active[i]->logits().assign(row, row + out.cols());
     }

@@ -70,8 +70,11 @@ class EngineImpl : public Engine {
   Result<Tensor> DecodeStep(SequenceState& state, int32_t token);
   // One decode step for several sequences (tokens[i] to states[i]); returns one logits row per
   // sequence. Sparse policies attend through their selections; charges each state's accounting.
+  // With `sampled`, the rows are instead argmax-sampled on the device (one id per sequence into
+  // *sampled; nothing else crosses to the host) and the returned tensor is empty.
   Result<Tensor> DecodeBatch(std::span<SequenceState* const> states,
-                             std::span<const int32_t> tokens);
+                             std::span<const int32_t> tokens,
+                             std::vector<int32_t>* sampled = nullptr);
   // Tells the sequence's index about tokens [first, length) just appended.
   Status AfterForward(SequenceState& state, int64_t first, std::span<const int32_t> tokens);
   IndexContext IndexFor(const KvConfig& kv) const;

@@ -29,9 +29,18 @@ void Generation::Emit(const std::string& text) {
 }
 
 std::optional<int32_t> Generation::Step(std::vector<float>& logits) {
+  if (static_cast<int>(result_.tokens.size()) >= request_->max_tokens) return std::nullopt;
+  return Accept(sampler_.Sample(logits, state_->history));
+}
+
+bool Generation::GreedyOnly() const {
+  const SamplingParams& p = request_->sampling;
+  return p.temperature <= 0.0f && p.repetition_penalty == 1.0f;
+}
+
+std::optional<int32_t> Generation::Accept(int32_t next) {
   GenerateStats& st = result_.stats;
   if (static_cast<int>(result_.tokens.size()) >= request_->max_tokens) return std::nullopt;
-  const int32_t next = sampler_.Sample(logits, state_->history);
   if (std::find(stop_ids_.begin(), stop_ids_.end(), next) != stop_ids_.end()) {
     st.finish_reason = "stop";
     return std::nullopt;

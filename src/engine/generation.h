@@ -24,6 +24,10 @@ class Generation {
   // Samples the next token from `logits` and streams its text. Returns the token to feed next,
   // or nullopt when this generation has finished (finish reason recorded).
   std::optional<int32_t> Step(std::vector<float>& logits);
+  // The same for a token sampled elsewhere (the device sampler, for greedy requests).
+  std::optional<int32_t> Accept(int32_t next);
+  // Whether the device sampler picks the same tokens as Step would: greedy, no penalty.
+  bool GreedyOnly() const;
   // Flushes held-back text and fills the statistics that do not depend on timing.
   void Finish();
 

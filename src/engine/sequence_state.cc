@@ -31,6 +31,7 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
                                              seq.num_pages() * DeviceSelection::BoundRows(kv) *
                                                  RowBytes(seq.layout().dtype, seq.layout().head_dim)
                                        : 0;
+  s.prompt_index_seconds = prompt_index_s;
   s.recall_samples = acct.recall.samples();
   s.recall_mean = acct.recall.Mean();
   s.recall_p10 = acct.recall.Percentile(0.1);

@@ -42,6 +42,9 @@ struct SequenceState {
   // set's residency then lives there too.
   std::unique_ptr<DeviceSelection> device_select;
   KvAccounting acct;
+  // Seconds the last prompt's index build took after its prefill (bulk build, page summaries);
+  // part of time to first token, reported apart from the decode steps' accounting.
+  double prompt_index_s = 0;
 
   bool sparse() const { return index != nullptr; }
   // Starts a new accounting period (one request).

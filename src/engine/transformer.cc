@@ -52,10 +52,34 @@ Status Transformer::PrepareWeights(const ModelWeights& host) {
   for (size_t i = 0; i < host.layers.size(); ++i) {
     const LayerWeights& h = host.layers[i];
     LayerWeights& d = w_.layers[i];
+    // Projections that read the same input go through one stacked matrix where the backend
+    // stacks them (biased projections stay apart).
+    if (h.bq.empty() && h.bk.empty() && h.bv.empty()) {
+      const Tensor* qkv[] = {&h.wq, &h.wk, &h.wv};
+      ICECACHE_ASSIGN_OR_RETURN(d.wqkv, b.PrepareStacked(qkv));
+    }
+    const Tensor* gate_up[] = {&h.w_gate, &h.w_up};
+    ICECACHE_ASSIGN_OR_RETURN(d.w_gate_up, b.PrepareStacked(gate_up));
+    if (!d.wqkv.empty()) {
+      const int64_t q = h.wq.dim(0), kv = h.wk.dim(0);
+      d.wq = d.wqkv.Slice(0, q);
+      d.wk = d.wqkv.Slice(q, q + kv);
+      d.wv = d.wqkv.Slice(q + kv, q + 2 * kv);
+    } else {
+      for (auto [src, dst] : {std::pair{&h.wq, &d.wq}, {&h.wk, &d.wk}, {&h.wv, &d.wv}}) {
+        ICECACHE_RETURN_IF_ERROR(Prepare(b, *src, dst));
+      }
+    }
+    if (!d.w_gate_up.empty()) {
+      const int64_t f = h.w_gate.dim(0);
+      d.w_gate = d.w_gate_up.Slice(0, f);
+      d.w_up = d.w_gate_up.Slice(f, 2 * f);
+    } else {
+      for (auto [src, dst] : {std::pair{&h.w_gate, &d.w_gate}, {&h.w_up, &d.w_up}}) {
+        ICECACHE_RETURN_IF_ERROR(Prepare(b, *src, dst));
+      }
+    }
     for (auto [src, dst] : {std::pair{&h.attn_norm, &d.attn_norm},
-                            {&h.wq, &d.wq},
-                            {&h.wk, &d.wk},
-                            {&h.wv, &d.wv},
                             {&h.wo, &d.wo},
                             {&h.bq, &d.bq},
                             {&h.bk, &d.bk},
@@ -63,8 +87,6 @@ Status Transformer::PrepareWeights(const ModelWeights& host) {
                             {&h.q_norm, &d.q_norm},
                             {&h.k_norm, &d.k_norm},
                             {&h.ffn_norm, &d.ffn_norm},
-                            {&h.w_gate, &d.w_gate},
-                            {&h.w_up, &d.w_up},
                             {&h.w_down, &d.w_down}}) {
       ICECACHE_RETURN_IF_ERROR(Prepare(b, *src, dst));
     }
@@ -187,7 +209,7 @@ Result<Tensor> Transformer::Forward(const ForwardInput& in) {
   }
   if (*n_rows == 0) return Tensor();
   const Tensor logits = logits_.Slice(0, *n_rows);
-  if (backend_->device() != Device::kCpu) {
+  if (backend_->device() != Device::kCpu && !in.logits_in_backend) {
     const Tensor host = logits_host_.Slice(0, *n_rows);
     if (Status st = backend_->Copy(logits, host); !st.ok()) return undo(st);
     backend_->Synchronize();
@@ -264,9 +286,15 @@ Status Transformer::RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows,
     } else {
       b.AddRmsNorm(xn, x, lw.attn_norm, c.norm_eps, xn);  // the previous layer's MLP residual
     }
-    b.MatMul(xn, lw.wq, lw.bq.empty() ? nullptr : &lw.bq, q.Reshape({n, c.q_dim()}));
-    b.MatMul(xn, lw.wk, lw.bk.empty() ? nullptr : &lw.bk, k.Reshape({n, c.kv_dim()}));
-    b.MatMul(xn, lw.wv, lw.bv.empty() ? nullptr : &lw.bv, v.Reshape({n, c.kv_dim()}));
+    if (!lw.wqkv.empty()) {
+      const Tensor qkv[] = {q.Reshape({n, c.q_dim()}), k.Reshape({n, c.kv_dim()}),
+                            v.Reshape({n, c.kv_dim()})};
+      b.MatMulSplit(xn, lw.wqkv, qkv);
+    } else {
+      b.MatMul(xn, lw.wq, lw.bq.empty() ? nullptr : &lw.bq, q.Reshape({n, c.q_dim()}));
+      b.MatMul(xn, lw.wk, lw.bk.empty() ? nullptr : &lw.bk, k.Reshape({n, c.kv_dim()}));
+      b.MatMul(xn, lw.wv, lw.bv.empty() ? nullptr : &lw.bv, v.Reshape({n, c.kv_dim()}));
+    }
     if (!lw.q_norm.empty()) {
       const Tensor qh = q.Reshape({n * c.n_heads, c.head_dim});
       const Tensor kh = k.Reshape({n * c.n_kv_heads, c.head_dim});
@@ -279,9 +307,13 @@ Status Transformer::RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows,
     ICECACHE_RETURN_IF_ERROR(attention.Attend(l, q, attn));
     b.MatMul(attn.Reshape({n, c.q_dim()}), lw.wo, nullptr, xn);
     b.AddRmsNorm(xn, x, lw.ffn_norm, c.norm_eps, xn);
-    b.MatMul(xn, lw.w_gate, nullptr, gate);
-    b.MatMul(xn, lw.w_up, nullptr, up);
-    b.SwiGlu(gate, up, gate);
+    if (!lw.w_gate_up.empty()) {
+      b.MatMulGlu(xn, lw.w_gate_up, up, gate);
+    } else {
+      b.MatMul(xn, lw.w_gate, nullptr, gate);
+      b.MatMul(xn, lw.w_up, nullptr, up);
+      b.SwiGlu(gate, up, gate);
+    }
     b.MatMul(gate, lw.w_down, nullptr, xn);
   }
   b.Add(xn, x);

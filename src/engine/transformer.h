@@ -40,6 +40,9 @@ struct ForwardInput {
   std::span<const int32_t> rows;  // kRows: indices into `tokens`, ascending
   // Attention strategy for this pass; null: dense attention over every page.
   LayerAttention* attention = nullptr;
+  // Return the logits in backend memory (for a device sampler) instead of copying them to the
+  // host; the same as usual on the CPU.
+  bool logits_in_backend = false;
 };
 
 class Transformer {
@@ -53,9 +56,9 @@ class Transformer {
                                                      int64_t pool_capacity);
 
   // Appends each sequence's tokens (at its next positions) and runs the model. On success the
-  // returned host f32 tensor [rows, vocab] holds the requested logits; it stays valid until the
-  // next call. Fails (changing nothing) if a token id is out of range, the batch is larger than
-  // the limits, or the KV pool is full.
+  // returned f32 tensor [rows, vocab] (host memory unless input.logits_in_backend) holds the
+  // requested logits; it stays valid until the next call. Fails (changing nothing) if a token id is
+  // out of range, the batch is larger than the limits, or the KV pool is full.
   Result<Tensor> Forward(const ForwardInput& input);
 
   int max_tokens() const { return max_tokens_; }

@@ -108,6 +108,12 @@ Result<std::unique_ptr<LoadedModel>> MakeSyntheticModel(const std::string& prese
     m->tensors.push_back({name, dtype, std::vector<int64_t>(shape), out->nbytes()});
     return Status::Ok();
   };
+  // A matrix allocated by the caller (a block of a larger one), filled as `make` would.
+  auto fill = [&](const std::string& name, const Tensor& t, float scale) -> Status {
+    backend.FillRandom(t, ++next_seed, scale, 0.0f);
+    m->tensors.push_back({name, t.dtype(), {t.dim(0), t.dim(1)}, t.nbytes()});
+    return Status::Ok();
+  };
   const int64_t h = c.hidden, q = c.q_dim(), kv = c.kv_dim(), f = c.ffn, v = c.vocab;
   ModelWeights& w = m->weights;
   ICECACHE_RETURN_IF_ERROR(make("token_embd", {v, h}, matrix_scale, 0.0f, &w.tok_embd));
@@ -122,9 +128,15 @@ Result<std::unique_ptr<LoadedModel>> MakeSyntheticModel(const std::string& prese
     LayerWeights& l = w.layers[i];
     const std::string p = "blk." + std::to_string(i) + ".";
     ICECACHE_RETURN_IF_ERROR(make(p + "attn_norm", {h}, 0.0f, 1.0f, &l.attn_norm));
-    ICECACHE_RETURN_IF_ERROR(make(p + "attn_q", {q, h}, matrix_scale, 0.0f, &l.wq));
-    ICECACHE_RETURN_IF_ERROR(make(p + "attn_k", {kv, h}, matrix_scale, 0.0f, &l.wk));
-    ICECACHE_RETURN_IF_ERROR(make(p + "attn_v", {kv, h}, matrix_scale, 0.0f, &l.wv));
+    // q/k/v and gate/up lie one after another (a backend may read each set as one matrix,
+    // Backend::PrepareStacked); every matrix still gets its own seed.
+    ICECACHE_ASSIGN_OR_RETURN(Tensor qkv, backend.Allocate(DType::kBF16, {q + 2 * kv, h}));
+    l.wq = qkv.Slice(0, q);
+    l.wk = qkv.Slice(q, q + kv);
+    l.wv = qkv.Slice(q + kv, q + 2 * kv);
+    ICECACHE_RETURN_IF_ERROR(fill(p + "attn_q", l.wq, matrix_scale));
+    ICECACHE_RETURN_IF_ERROR(fill(p + "attn_k", l.wk, matrix_scale));
+    ICECACHE_RETURN_IF_ERROR(fill(p + "attn_v", l.wv, matrix_scale));
     ICECACHE_RETURN_IF_ERROR(make(p + "attn_output", {h, q}, matrix_scale, 0.0f, &l.wo));
     if (c.arch->qkv_bias) {
       ICECACHE_RETURN_IF_ERROR(make(p + "attn_q.bias", {q}, matrix_scale, 0.0f, &l.bq));
@@ -132,8 +144,11 @@ Result<std::unique_ptr<LoadedModel>> MakeSyntheticModel(const std::string& prese
       ICECACHE_RETURN_IF_ERROR(make(p + "attn_v.bias", {kv}, matrix_scale, 0.0f, &l.bv));
     }
     ICECACHE_RETURN_IF_ERROR(make(p + "ffn_norm", {h}, 0.0f, 1.0f, &l.ffn_norm));
-    ICECACHE_RETURN_IF_ERROR(make(p + "ffn_gate", {f, h}, matrix_scale, 0.0f, &l.w_gate));
-    ICECACHE_RETURN_IF_ERROR(make(p + "ffn_up", {f, h}, matrix_scale, 0.0f, &l.w_up));
+    ICECACHE_ASSIGN_OR_RETURN(Tensor gate_up, backend.Allocate(DType::kBF16, {2 * f, h}));
+    l.w_gate = gate_up.Slice(0, f);
+    l.w_up = gate_up.Slice(f, 2 * f);
+    ICECACHE_RETURN_IF_ERROR(fill(p + "ffn_gate", l.w_gate, matrix_scale));
+    ICECACHE_RETURN_IF_ERROR(fill(p + "ffn_up", l.w_up, matrix_scale));
     ICECACHE_RETURN_IF_ERROR(make(p + "ffn_down", {h, f}, matrix_scale, 0.0f, &l.w_down));
   }
   backend.Synchronize();

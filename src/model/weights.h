@@ -18,6 +18,9 @@ struct LayerWeights {
   Tensor q_norm, k_norm;  // qwen3: per-head RMSNorm over head_dim
   Tensor ffn_norm;
   Tensor w_gate, w_up, w_down;
+  // Backend forms only (Backend::PrepareStacked): [wq; wk; wv] and [w_gate; w_up] as one matrix
+  // each, whose row blocks are then wq, wk, wv, w_gate and w_up. Empty where not stacked.
+  Tensor wqkv, w_gate_up;
 };
 
 struct ModelWeights {

@@ -158,6 +158,46 @@ TEST(CpuMatMulTest, ReusesOutputAcrossCallsWithDifferentSizes) {
   }
 }
 
+// The stacked forms' default implementations (what the CPU runs): MatMulSplit equals MatMul on
+// each row block and MatMulGlu equals MatMul, MatMul, SwiGlu, bit for bit. The CPU keeps
+// weights apart (PrepareStacked gives nothing).
+TEST(CpuMatMulTest, StackedFormsEqualTheSeparateOps) {
+  ICECACHE_TEST_RNG(rng);
+  auto backend = MakeCpuBackend({.threads = 2});
+  const int64_t k = 96, q = 40, kv = 24, f = 56;
+  for (int64_t n : {1, 3, 9}) {
+    const Tensor x = F32Tensor(RandomVector(rng, n * k), {n, k});
+    const Tensor w = F32Tensor(RandomVector(rng, (q + 2 * kv) * k), {q + 2 * kv, k});
+    std::vector<Tensor> outs = {testing::HostTensor(DType::kF32, {n, q}),
+                                testing::HostTensor(DType::kF32, {n, kv}),
+                                testing::HostTensor(DType::kF32, {n, kv})};
+    backend->MatMulSplit(x, w, outs);
+    int64_t row = 0;
+    for (const Tensor& y : outs) {
+      Tensor want = testing::HostTensor(DType::kF32, {n, y.cols()});
+      backend->MatMul(x, w.Slice(row, row + y.cols()), nullptr, want);
+      EXPECT_EQ(testing::ToVector(y), testing::ToVector(want)) << "block at row " << row;
+      row += y.cols();
+    }
+
+    const Tensor gu = F32Tensor(RandomVector(rng, 2 * f * k), {2 * f, k});
+    Tensor out = testing::HostTensor(DType::kF32, {n, f});
+    Tensor up = testing::HostTensor(DType::kF32, {n, f});
+    backend->MatMulGlu(x, gu, up, out);
+    Tensor g = testing::HostTensor(DType::kF32, {n, f});
+    Tensor u = testing::HostTensor(DType::kF32, {n, f});
+    backend->MatMul(x, gu.Slice(0, f), nullptr, g);
+    backend->MatMul(x, gu.Slice(f, 2 * f), nullptr, u);
+    backend->SwiGlu(g, u, g);
+    EXPECT_EQ(testing::ToVector(out), testing::ToVector(g)) << "n=" << n;
+  }
+  const Tensor a = F32Tensor({1, 2}, {1, 2});
+  const Tensor* parts[] = {&a, &a};
+  auto stacked = backend->PrepareStacked(parts);
+  ASSERT_TRUE(stacked.ok());
+  EXPECT_TRUE(stacked->empty());
+}
+
 TEST(CpuBackendTest, PrepareWeightRejectsI32) {
   auto backend = MakeCpuBackend({});
   Tensor w = testing::HostTensor(DType::kI32, {2, 2});

@@ -1,8 +1,9 @@
 // CUDA backend ops against the CPU backend: embedding, RMSNorm (plain and fused with the
 // residual add), add, SwiGLU, RoPE (plain and fused with the K/V page write), WriteKv,
 // CopyPages, FillRandom (bit-identical) and MatMul on both its paths (GEMV for n <= 4, cuBLASLt
-// above), with bf16 and f32 outputs and biases. Inputs are bf16-exact, so differences come from
-// accumulation order and one output rounding: tolerance 1e-2 relative (bf16 out), 1e-4 (f32).
+// above), with bf16 and f32 outputs and biases, and its stacked forms (q/k/v, gate/up + SwiGLU).
+// Inputs are bf16-exact, so differences come from accumulation order and one output rounding:
+// tolerance 1e-2 relative (bf16 out), 1e-4 (f32).
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -76,6 +77,65 @@ TEST_F(CudaOps, MatMulBothPathsAndOutputTypes) {
         const double err = RelErr(ToHostF32(*gpu, *yg), testing::ToVector(yc));
         EXPECT_LE(err, Tolerance(out) + 1e-4) << "relative error " << err;
       }
+    }
+  }
+}
+
+// The stacked forms: [wq; wk; wv] read once into three outputs and [w_gate; w_up] into
+// silu(gate) * up, on the GEMV path (n <= 4) and the GEMM path, against the CPU's separate ops.
+// The weights are host matrices stacked by PrepareStacked (as a GGUF model's are).
+TEST_F(CudaOps, StackedProjectionsMatchSeparateOnes) {
+  ICECACHE_CUDA_OR_SKIP(gpu);
+  ICECACHE_TEST_RNG(rng);
+  auto host_bf16 = [&](int64_t rows, int64_t k) {
+    Tensor t = testing::HostTensor(DType::kBF16, {rows, k});
+    const auto v = Bf16Exact(rng, rows * k, -0.1f, 0.1f);
+    for (size_t i = 0; i < v.size(); ++i) t.data_as<uint16_t>()[i] = F32ToBf16(v[i]);
+    return t;
+  };
+  for (int64_t n : {1, 3, 4, 9}) {
+    for (int64_t k : {576, 4096}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " k=" + std::to_string(k));
+      const int64_t q = 512, kv = 128, f = 1000;
+      const Tensor wq = host_bf16(q, k), wk = host_bf16(kv, k), wv = host_bf16(kv, k);
+      const Tensor wg = host_bf16(f, k), wu = host_bf16(f, k);
+      const auto x = Bf16Exact(rng, n * k);
+      const Tensor xc = F32Tensor(x, {n, k});
+      const Tensor xg = ToDevice(*gpu, x, DType::kBF16, {n, k});
+
+      const Tensor* qkv_parts[] = {&wq, &wk, &wv};
+      auto qkv = gpu->PrepareStacked(qkv_parts);
+      ASSERT_TRUE(qkv.ok()) << qkv.status().ToString();
+      ASSERT_EQ(qkv->dim(0), q + 2 * kv);
+      std::vector<Tensor> outs;
+      for (int64_t width : {q, kv, kv}) {
+        auto y = gpu->Allocate(DType::kBF16, {n, width});
+        ASSERT_TRUE(y.ok());
+        outs.push_back(*y);
+      }
+      gpu->MatMulSplit(xg, *qkv, outs);
+      const Tensor* singles[] = {&wq, &wk, &wv};
+      for (int i = 0; i < 3; ++i) {
+        Tensor yc = testing::HostTensor(DType::kF32, {n, outs[i].cols()});
+        cpu_->MatMul(xc, *singles[i], nullptr, yc);
+        const double err = RelErr(ToHostF32(*gpu, outs[i]), testing::ToVector(yc));
+        EXPECT_LE(err, 1e-2) << "block " << i << ": relative error " << err;
+      }
+
+      const Tensor* gate_up_parts[] = {&wg, &wu};
+      auto gate_up = gpu->PrepareStacked(gate_up_parts);
+      ASSERT_TRUE(gate_up.ok()) << gate_up.status().ToString();
+      auto out = gpu->Allocate(DType::kBF16, {n, f});
+      auto up = gpu->Allocate(DType::kBF16, {n, f});
+      ASSERT_TRUE(out.ok() && up.ok());
+      gpu->MatMulGlu(xg, *gate_up, *up, *out);
+      Tensor gc = testing::HostTensor(DType::kF32, {n, f});
+      Tensor uc = testing::HostTensor(DType::kF32, {n, f});
+      cpu_->MatMul(xc, wg, nullptr, gc);
+      cpu_->MatMul(xc, wu, nullptr, uc);
+      cpu_->SwiGlu(gc, uc, gc);
+      const double err = RelErr(ToHostF32(*gpu, *out), testing::ToVector(gc));
+      EXPECT_LE(err, 1e-2) << "SwiGLU: relative error " << err;
     }
   }
 }

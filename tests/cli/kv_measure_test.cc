@@ -16,7 +16,8 @@ using Json = nlohmann::json;
 using testing::CliPath;
 using testing::RunCommand;
 
-// `--context` (one length, the spelling of issue 6's acceptance command) is `--contexts`.
+// `--context` (one length, the spelling of issue 6's acceptance command) is `--contexts`; the
+// stats show the prompt's index build time.
 TEST(KvMeasureCliTest, BenchTakesContextAsWell) {
   auto r = RunCommand(CliPath() +
                       " bench --synthetic tiny --context 300 --decode 2 --repeats 1"
@@ -26,6 +27,8 @@ TEST(KvMeasureCliTest, BenchTakesContextAsWell) {
   ASSERT_EQ(j["results"].size(), 1u);
   EXPECT_EQ(j["results"][0]["context"], 300);
   EXPECT_NE(r.err.find("time per step"), std::string::npos) << r.err;
+  // The prompt (longer than the budget) was indexed after its prefill, and that time is shown.
+  EXPECT_NE(r.err.find("prompt index     built in"), std::string::npos) << r.err;
 }
 
 TEST(KvMeasureCliTest, BenchComparesPoliciesInOneRun) {

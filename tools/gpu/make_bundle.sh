@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the CUDA binaries here (icecache, backend_cuda_tests, cuda_ops_bench) and packs them with the
-# non-system shared libraries they need into one archive, for a GPU machine that has the CUDA
-# driver and cuBLAS but not this project's build dependencies:
+# Builds the CUDA binaries here (icecache, backend_cuda_tests, cuda_ops_bench, and selection_bench
+# for the host-side index build) and packs them with the non-system shared libraries they need
+# into one archive, for a GPU machine that has the CUDA driver and cuBLAS but not this project's
+# build dependencies:
 #   tools/gpu/make_bundle.sh [build-dir] [archive]     (default build-cuda, .carry/gpu-bundle.tar.xz)
 # tools/gpu/check_and_bench.sh --bundle <archive> then runs them there.
 set -euo pipefail
@@ -12,12 +13,13 @@ JOBS=${JOBS:-2}
 
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DICECACHE_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="90-real;90-virtual" >/dev/null
-ninja -C "$BUILD" -j"$JOBS" icecache_cli backend_cuda_tests cuda_ops_bench
+ninja -C "$BUILD" -j"$JOBS" icecache_cli backend_cuda_tests cuda_ops_bench selection_bench
 
 STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/bin" "$STAGE/lib"
-cp "$BUILD/icecache" "$BUILD/tests/backend_cuda_tests" "$BUILD/bench/cuda_ops_bench" "$STAGE/bin/"
+cp "$BUILD/icecache" "$BUILD/tests/backend_cuda_tests" "$BUILD/bench/cuda_ops_bench" \
+  "$BUILD/bench/selection_bench" "$STAGE/bin/"
 strip --strip-unneeded "$STAGE/bin/"* || true
 # Shared libraries outside the C/C++ runtime and the CUDA driver/toolkit (found there).
 for bin in "$STAGE"/bin/*; do

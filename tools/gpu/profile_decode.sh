@@ -8,15 +8,19 @@
 # and microseconds in one decode step).
 #
 #   tools/gpu/profile_decode.sh [--bundle FILE] [--context 32768] [--budget 2048]
+#                               [--configs "full icecache"]
+# Configurations: full, icecache, and full-unstacked (full with ICECACHE_CUDA_STACKED=0: q/k/v
+# and gate/up as separate GEMVs, to compare with the stacked ones).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$ROOT/out/gpu-profile}
-BUNDLE="" CONTEXT=32768 BUDGET=2048
+BUNDLE="" CONTEXT=32768 BUDGET=2048 CONFIGS="full icecache"
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) BUNDLE=$2; shift ;;
     --context) CONTEXT=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
+    --configs) CONFIGS=$2; shift ;;
     *) echo "unknown option $1"; exit 2 ;;
   esac
   shift
@@ -32,19 +36,25 @@ NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 BENCH=(bench --synthetic llama-3.1-8b --device cuda --contexts "$CONTEXT" --decode 3 --repeats 1
        --prefill-chunk 8192)
 run() {  # name, extra bench flags...
-  local name=$1
+  local name=$1 stacked=1
   shift
+  [[ $name == *-unstacked ]] && stacked=0
   step "ncu: $name at context $CONTEXT"
-  ICECACHE_CUDA_GRAPHS=0 timeout 400 "$NCU" --csv --metrics gpu__time_duration.sum \
+  ICECACHE_CUDA_STACKED=$stacked ICECACHE_CUDA_GRAPHS=0 timeout 400 "$NCU" --csv --metrics gpu__time_duration.sum \
     --cache-control none --clock-control none "$BIN" "${BENCH[@]}" "$@" \
     >"$OUT/$name.csv" 2>"$OUT/$name.err" || fail "ncu $name"
   tail -3 "$OUT/$name.err"
 }
-run full --kv-offload off
-run icecache --kv-policy icecache --kv-budget "$BUDGET"
+for config in $CONFIGS; do
+  case $config in
+    full|full-unstacked) run "$config" --kv-offload off ;;
+    icecache) run icecache --kv-policy icecache --kv-budget "$BUDGET" ;;
+    *) fail "unknown configuration $config" ;;
+  esac
+done
 
 step "summary"
-python3 - "$OUT" full icecache <<'EOF' | tee "$OUT/profile.md"
+python3 - "$OUT" $CONFIGS <<'EOF' | tee "$OUT/profile.md"
 import collections, csv, io, re, sys
 out = sys.argv[1]
 for name in sys.argv[2:]:

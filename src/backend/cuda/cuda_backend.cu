@@ -133,6 +133,10 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
   if (const char* g = std::getenv("ICECACHE_CUDA_GRAPHS"); g != nullptr && g[0] == '0') {
     graphs_enabled_ = false;
   }
+  // ICECACHE_CUDA_STACKED=0: keep q/k/v and gate/up apart (PrepareStacked), to compare.
+  if (const char* g = std::getenv("ICECACHE_CUDA_STACKED"); g != nullptr && g[0] == '0') {
+    stacking_enabled_ = false;
+  }
 
   // Fixed scratch, allocated once: the GEMM workspace and the decode partials (bytes as i32).
   const int64_t scratch_ints =

@@ -65,6 +65,7 @@ class CudaBackend final : public Backend {
   DType activation_dtype() const override { return DType::kBF16; }
   DType default_kv_dtype() const override { return DType::kBF16; }
   Result<Tensor> PrepareWeight(const Tensor& host_weight) override;
+  Result<Tensor> PrepareStacked(std::span<const Tensor* const> parts) override;
   void Synchronize() override;
   DeviceMemory device_memory() const override;
   Status RunGraph(uint64_t key, const std::function<Status()>& body) override;
@@ -84,6 +85,8 @@ class CudaBackend final : public Backend {
   void DoAdd(const Tensor& a, const Tensor& inout) override;
   void DoRope(const Tensor& positions, const Tensor& inv_freq, const Tensor& x) override;
   void DoSwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void DoMatMulSplit(const Tensor& x, const Tensor& w, std::span<const Tensor> ys) override;
+  void DoMatMulGlu(const Tensor& x, const Tensor& w, const Tensor& up, const Tensor& out) override;
   void DoWriteKv(const KvWriteArgs& args) override;
   void DoAttention(const AttentionArgs& args) override;
   void DoCopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
@@ -105,6 +108,8 @@ class CudaBackend final : public Backend {
   void ComputeAfterCopy();
   // A device tensor of `dtype` and `shape` filled from host f32 rows (converted on the host).
   Result<Tensor> UploadConverted(const Tensor& host, DType dtype);
+  // Converts a host weight into `dev` (allocated, its shape; f32 or bf16).
+  Status UploadInto(const Tensor& host, const Tensor& dev);
 
   int device_ = 0;
   std::string name_;
@@ -130,7 +135,8 @@ class CudaBackend final : public Backend {
     int64_t timed = 0;
   };
   std::unordered_map<uint64_t, Graph> graphs_;
-  bool graphs_enabled_ = true;  // ICECACHE_CUDA_GRAPHS=0 turns capture off
+  bool graphs_enabled_ = true;    // ICECACHE_CUDA_GRAPHS=0 turns capture off
+  bool stacking_enabled_ = true;  // ICECACHE_CUDA_STACKED=0 keeps stackable weights apart
   int graphs_captured_ = 0;
   int64_t graph_replays_ = 0;
   // Replay timing (ICECACHE_CUDA_TIMING=1): events around the last replay, read at the next.

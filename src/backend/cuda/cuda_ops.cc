@@ -94,6 +94,40 @@ void CudaBackend::DoMatMul(const Tensor& x, const Tensor& w, const Tensor* bias,
   if (b != nullptr) CheckCuda(kernels::LaunchAddBias(stream(), y.data(), yt, b, n, m), "bias");
 }
 
+void CudaBackend::DoMatMulSplit(const Tensor& x, const Tensor& w, std::span<const Tensor> ys) {
+  OnDevice(x);
+  OnDevice(w);
+  const int64_t n = x.rows(), k = w.dim(1);
+  const bool gemv = n <= kernels::kGemvMaxRows && k % 8 == 0 && Aligned16(x.data()) &&
+                    Aligned16(w.data()) && ys.size() <= 3 && x.dtype() == DType::kBF16 &&
+                    w.dtype() == DType::kBF16;
+  if (!gemv) return Backend::DoMatMulSplit(x, w, ys);
+  void* out[3];
+  int64_t widths[3];
+  for (size_t i = 0; i < ys.size(); ++i) {
+    OnDevice(ys[i]);
+    out[i] = ys[i].data();
+    widths[i] = ys[i].cols();
+  }
+  CheckCuda(kernels::LaunchGemvSplit(stream(), x.data(), w.data(), out, widths,
+                                     static_cast<int>(ys.size()), Elem(ys[0]), n, k, num_sms_),
+            "GEMV (split)");
+}
+
+void CudaBackend::DoMatMulGlu(const Tensor& x, const Tensor& w, const Tensor& up,
+                              const Tensor& out) {
+  OnDevice(x);
+  OnDevice(w);
+  OnDevice(out);
+  const int64_t n = x.rows(), k = w.dim(1);
+  const bool gemv = n <= kernels::kGemvMaxRows && k % 8 == 0 && Aligned16(x.data()) &&
+                    Aligned16(w.data()) && x.dtype() == DType::kBF16 && w.dtype() == DType::kBF16;
+  if (!gemv) return Backend::DoMatMulGlu(x, w, up, out);
+  CheckCuda(kernels::LaunchGemvGlu(stream(), x.data(), w.data(), out.data(), Elem(out), n,
+                                   out.cols(), k, num_sms_),
+            "GEMV (SwiGLU)");
+}
+
 void CudaBackend::DoEmbed(const Tensor& table, const Tensor& ids, const Tensor& out) {
   OnDevice(table);
   OnDevice(ids);

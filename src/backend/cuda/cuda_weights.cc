@@ -35,16 +35,55 @@ Result<Tensor> CudaBackend::PrepareWeight(const Tensor& w) {
   return UploadConverted(w, vector ? DType::kF32 : DType::kBF16);
 }
 
+Result<Tensor> CudaBackend::PrepareStacked(std::span<const Tensor* const> parts) {
+  if (parts.empty()) return InvalidArgument("CUDA backend: nothing to stack");
+  if (!stacking_enabled_) return Tensor();
+  const Tensor& first = *parts.front();
+  int64_t rows = 0;
+  bool adjacent = true;  // device parts already laid out one after another
+  const char* next = static_cast<const char*>(first.data());
+  for (const Tensor* p : parts) {
+    if (p->ndim() != 2 || p->cols() != first.cols() || p->device() != first.device()) {
+      return InvalidArgument("CUDA backend: stacked weights must be matrices of one width, got " +
+                             p->ShapeString());
+    }
+    adjacent = adjacent && p->data() == next && p->dtype() == DType::kBF16;
+    next = static_cast<const char*>(p->data()) + p->nbytes();
+    rows += p->dim(0);
+  }
+  if (first.device() == Device::kCuda) {
+    // Made on the device (synthetic models): a view when they are adjacent, else kept apart
+    // (a copy would hold the weights twice).
+    if (!adjacent) return Tensor();
+    return Tensor(first.data(), DType::kBF16, {rows, first.cols()}, Device::kCuda,
+                  first.keepalive());
+  }
+  ICECACHE_ASSIGN_OR_RETURN(Tensor dev, Allocate(DType::kBF16, {rows, first.cols()}));
+  int64_t row = 0;
+  for (const Tensor* p : parts) {
+    if (p->dtype() == DType::kI32) return InvalidArgument("CUDA backend: integer weight");
+    ICECACHE_RETURN_IF_ERROR(UploadInto(*p, dev.Slice(row, row + p->dim(0))));
+    row += p->dim(0);
+  }
+  return dev;
+}
+
 Result<Tensor> CudaBackend::UploadConverted(const Tensor& host, DType dtype) {
-  const int64_t rows = host.ndim() == 1 ? 1 : host.dim(0);
-  const int64_t cols = host.cols();
   Tensor dev;
   if (host.ndim() == 1) {
-    ICECACHE_ASSIGN_OR_RETURN(dev, Allocate(dtype, {cols}));
+    ICECACHE_ASSIGN_OR_RETURN(dev, Allocate(dtype, {host.cols()}));
   } else {
-    ICECACHE_ASSIGN_OR_RETURN(dev, Allocate(dtype, {rows, cols}));
+    ICECACHE_ASSIGN_OR_RETURN(dev, Allocate(dtype, {host.dim(0), host.cols()}));
   }
-  if (rows == 0 || cols == 0) return dev;
+  ICECACHE_RETURN_IF_ERROR(UploadInto(host, dev));
+  return dev;
+}
+
+Status CudaBackend::UploadInto(const Tensor& host, const Tensor& dev) {
+  const DType dtype = dev.dtype();
+  const int64_t rows = host.ndim() == 1 ? 1 : host.dim(0);
+  const int64_t cols = host.cols();
+  if (rows == 0 || cols == 0) return Status::Ok();
   const int64_t chunk_rows = std::max<int64_t>(1, kUploadChunkElems / cols);
   const int64_t elem_bytes = dtype == DType::kF32 ? 4 : 2;
   const int64_t need = chunk_rows * cols * elem_bytes;
@@ -71,7 +110,7 @@ Result<Tensor> CudaBackend::UploadConverted(const Tensor& host, DType dtype) {
     ICECACHE_RETURN_IF_ERROR(
         CopyBlocks(upload_staging_.data(), dst + r0 * cols * elem_bytes, 1, bytes, bytes, bytes));
   }
-  return dev;
+  return Status::Ok();
 }
 
 Status CudaBackend::SampleTokens(const Tensor& logits, std::span<const SampleRowParams> params,

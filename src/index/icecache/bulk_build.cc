@@ -29,7 +29,7 @@ float SqNorms(const std::vector<float>& keys, int dim, std::vector<float>* sq) {
 }  // namespace
 
 bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32_t absorb,
-                 LeafTree* tree) {
+                 LeafTree* tree, BuildScratch* scratch) {
   const int p = seq.layout().page_size, d = seq.layout().head_dim;
   PagePool& pool = seq.pool();
   const KvPoolView view = pool.view();
@@ -38,15 +38,19 @@ bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32
   const std::vector<PageRef>& pages = seq.pages(layer, head);
   ICECACHE_CHECK(static_cast<int32_t>(pages.size()) >= tail + absorb);
   // Every token to lay out, with where its row is now.
-  std::vector<float> keys;
+  std::vector<float>& keys = scratch->keys;
+  keys.clear();
   lychee::GatherKeys(view, pages, sink_pages, tail + absorb - sink_pages, &keys);
-  std::vector<std::pair<int32_t, int>> rows;
+  std::vector<std::pair<int32_t, int>>& rows = scratch->rows;
+  rows.clear();
   for (int32_t i = sink_pages; i < tail + absorb; ++i) {
     for (int t = 0; t < pages[i].len; ++t) rows.emplace_back(pages[i].id, t);
   }
   const int32_t n = static_cast<int32_t>(rows.size());
   ICECACHE_CHECK(static_cast<size_t>(n) * d == keys.size());
-  std::vector<float> sq, ext(n);
+  std::vector<float>& sq = scratch->sq;
+  std::vector<float>& ext = scratch->ext;
+  ext.resize(n);
   const float m = SqNorms(keys, d, &sq);
   for (int32_t i = 0; i < n; ++i) ext[i] = ExtraCoord(m, sq[i]);
   const std::vector<std::vector<int32_t>> groups = Partition({keys.data(), ext.data(), d}, n, p);
@@ -60,7 +64,7 @@ bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32
   const RowCopier copier(view);
   tree->Clear();
   tree->set_max_sq_norm(m);
-  std::vector<float> group_keys;
+  std::vector<float>& group_keys = scratch->group_keys;
   for (const std::vector<int32_t>& g : groups) {
     auto id = pool.Allocate();
     ICECACHE_CHECK_MSG(id.ok(), "icecache: free pages were counted before laying out");

@@ -105,18 +105,21 @@ Status IceCacheIndex::OnAppend(KvSequence& seq, int64_t, std::span<const int32_t
     const PagePool& pool = seq.pool();
     parallel = need > 0 && need <= pool.capacity() - pool.used();
   }
+  scratch_.resize(parallel ? context_.workers->size() : 1);
   if (parallel) {
     ++parallel_appends_;
-    context_.workers->ParallelFor(lists, 1, [&](int, int64_t begin, int64_t end) {
+    context_.workers->ParallelFor(lists, 1, [&](int thread, int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        Absorb(seq, l0 + static_cast<int>(i / heads), static_cast<int>(i % heads), limit);
+        Absorb(seq, l0 + static_cast<int>(i / heads), static_cast<int>(i % heads), limit,
+               &scratch_[thread]);
       }
     });
-    return Status::Ok();
+  } else {
+    for (int l = l0; l < n_layers; ++l) {
+      for (int h = 0; h < heads; ++h) Absorb(seq, l, h, limit, &scratch_[0]);
+    }
   }
-  for (int l = l0; l < n_layers; ++l) {
-    for (int h = 0; h < heads; ++h) Absorb(seq, l, h, limit);
-  }
+  scratch_.clear();  // a prompt's bulk build needs it, the steps after it seldom do
   return Status::Ok();
 }
 
@@ -148,7 +151,8 @@ Status IceCacheIndex::Adopt(const KvSequence& seq) {
   return Status::Ok();
 }
 
-void IceCacheIndex::Absorb(KvSequence& seq, int layer, int head, int64_t limit) {
+void IceCacheIndex::Absorb(KvSequence& seq, int layer, int head, int64_t limit,
+                           BuildScratch* scratch) {
   const int p = context_.layout.page_size;
   ListState& s = state(layer, head);
   if (!s.started) {
@@ -161,7 +165,7 @@ void IceCacheIndex::Absorb(KvSequence& seq, int layer, int head, int64_t limit) 
   if (absorb <= 0) return;
   const int32_t pages = static_cast<int32_t>(absorb);
   if (s.tree.empty() || absorb * p >= s.tree.keys()) {
-    if (RebuildList(seq, layer, head, sink_pages_, pages, &s.tree)) {
+    if (RebuildList(seq, layer, head, sink_pages_, pages, &s.tree, scratch)) {
       ++rebuilds_;
       return;
     }

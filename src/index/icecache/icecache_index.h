@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "index/icecache/leaf_tree.h"
+#include "index/icecache/list_layout.h"
 #include "index/icecache/tree_search.h"
 #include "index/key_reader.h"
 #include "index/policy.h"
@@ -84,7 +85,7 @@ class IceCacheIndex : public SequenceIndex {
   }
   // Takes over lists that another icecache index arranged (a forked session).
   Status Adopt(const KvSequence& seq);
-  void Absorb(KvSequence& seq, int layer, int head, int64_t limit);
+  void Absorb(KvSequence& seq, int layer, int head, int64_t limit, BuildScratch* scratch);
   // Pages Absorb(seq, layer, head, limit) may allocate at most (before it frees any).
   int64_t AbsorbPages(const KvSequence& seq, int layer, int head, int64_t limit) const;
   // Lists every page of the list (exactly full attention) when the context fits the budget.
@@ -112,7 +113,8 @@ class IceCacheIndex : public SequenceIndex {
   std::atomic<int64_t> insertions_{0};
   std::atomic<int64_t> skipped_{0};
   int64_t parallel_appends_ = 0;
-  std::vector<ListState> lists_;  // [layer * n_kv_heads + head]
+  std::vector<BuildScratch> scratch_;  // one per worker thread, released after each OnAppend
+  std::vector<ListState> lists_;       // [layer * n_kv_heads + head]
 
   // The positions (between sink and window) the last searching layer selected, per KV head.
   struct Reuse {

@@ -12,17 +12,27 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "index/icecache/leaf_tree.h"
 #include "kv/kv_sequence.h"
 
 namespace icecache::ice {
 
+// Working memory of bulk builds, kept across the lists one thread builds (a 128K-token list
+// gathers 64 MiB of f32 keys: allocating that afresh per list costs page faults and unmaps that
+// stall every other thread of the process).
+struct BuildScratch {
+  std::vector<float> keys, sq, ext, group_keys;
+  std::vector<std::pair<int32_t, int>> rows;  // (page id, row) of each token to lay out
+};
+
 // Bulk build: every token of the leaf pages and of the first `absorb` tail pages is partitioned
 // anew into leaves of up to page_size tokens (balanced bisection in k' space), copied into
 // fresh pages, and `tree` is rebuilt over them. Needs as many free pages as leaves result.
 bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32_t absorb,
-                 LeafTree* tree);
+                 LeafTree* tree, BuildScratch* scratch);
 
 // Dynamic insertion: each token of the first `absorb` tail pages (in position order) goes to
 // its nearest leaf; a full leaf splits in two pages by balanced 2-means over its keys and the

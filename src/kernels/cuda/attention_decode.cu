@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/attention_decode.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace icecache::kernels {
 
@@ -45,9 +46,8 @@ int Run(Stream s, const AttentionParams& p, int splits, const DecodeWorkspace& w
   const int chunks = HeadChunks(p);
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(p.n_kv_heads * chunks),
                   static_cast<unsigned>(p.n_tokens));
-  DecodeAttentionKernel<D>
-      <<<grid, kDecodeThreads, DecodeLayout<D>::kBytes, s>>>(p, ws, splits, chunks);
-  return static_cast<int>(cudaGetLastError());
+  return static_cast<int>(LaunchPdl(DecodeAttentionKernel<D>, grid, dim3(kDecodeThreads),
+                                    DecodeLayout<D>::kBytes, s, p, ws, splits, chunks));
 }
 
 }  // namespace

@@ -70,6 +70,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   __shared__ int sm_last;
   int* kpos_s = reinterpret_cast<int*>(smem + L::kPos);
   int* sidx_s = reinterpret_cast<int*>(smem + L::kSidx);
+  PdlTrigger();
+  PdlWait();  // q, the pages and the workspace come from (or are reused after) earlier kernels
 
   const int split = blockIdx.x;
   const int kvh = blockIdx.y / head_chunks;

@@ -64,6 +64,14 @@ __device__ __forceinline__ void Store8(float* p, const float* f) {
   reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
 }
 
+// Programmatic dependent launch (sm_90; LaunchPdl in pdl.cuh): PdlTrigger lets the next kernel
+// of the stream start its blocks (once every block of this one has started), and a kernel so
+// launched calls PdlWait before it touches memory that the kernel before it writes or reads
+// (weights and other constants may be read before). Without a programmatic launch both return
+// at once.
+__device__ __forceinline__ void PdlTrigger() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void PdlWait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

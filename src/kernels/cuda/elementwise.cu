@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace icecache::kernels {
 
@@ -65,9 +66,9 @@ int LaunchAddRmsNorm(Stream s, const void* a, void* inout, ElemType type, const 
   if (rows == 0) return 0;
   return Dispatch1(type, [&](auto tt) {
     using T = decltype(tt);
-    AddRmsNormKernel<T><<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(
-        static_cast<const T*>(a), static_cast<T*>(inout), w, eps, cols, static_cast<T*>(out));
-    return LastError();
+    return static_cast<int>(LaunchPdl(AddRmsNormKernel<T>, dim3(static_cast<unsigned>(rows)),
+                                      dim3(kRowThreads), 0, s, static_cast<const T*>(a),
+                                      static_cast<T*>(inout), w, eps, cols, static_cast<T*>(out)));
   });
 }
 
@@ -144,11 +145,12 @@ int LaunchRopeWriteKv(Stream s, const float* inv_freq, void* q, int64_t q_heads,
     const unsigned parts = p.n_tokens < 64 ? 8 : 1;
     const dim3 grid(static_cast<unsigned>(p.n_tokens), parts);
     if (inv_freq != nullptr) {
-      RopeWriteKvKernel<T, true><<<grid, 128, smem, s>>>(inv_freq, static_cast<T*>(q), q_heads, a);
-    } else {
-      RopeWriteKvKernel<T, false><<<grid, 128, 0, s>>>(nullptr, nullptr, 0, a);
+      return static_cast<int>(LaunchPdl(RopeWriteKvKernel<T, true>, grid, dim3(128), smem, s,
+                                        inv_freq, static_cast<T*>(q), q_heads, a));
     }
-    return LastError();
+    return static_cast<int>(LaunchPdl(RopeWriteKvKernel<T, false>, grid, dim3(128), 0, s,
+                                      static_cast<const float*>(nullptr), static_cast<T*>(nullptr),
+                                      int64_t{0}, a));
   });
 }
 

@@ -102,6 +102,8 @@ template <typename T>
 __global__ void __launch_bounds__(kRowThreads)
     AddRmsNormKernel(const T* a, T* inout, const float* w, float eps, int64_t cols, T* out) {
   __shared__ float scratch[kRowThreads / 32];
+  PdlTrigger();
+  PdlWait();
   const int64_t r = blockIdx.x;
   const T* ar = a + r * cols;
   T* xr = inout + r * cols;
@@ -232,6 +234,8 @@ template <typename T, bool kRope>
 __global__ void RopeWriteKvKernel(const float* inv_freq, T* q, int64_t q_heads,
                                   KvWriteArgsDevice a) {
   extern __shared__ float cs[];
+  PdlTrigger();
+  PdlWait();
   const int64_t t = blockIdx.x;
   const int d = static_cast<int>(a.head_dim);
   const int half = d / 2;
