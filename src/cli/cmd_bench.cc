@@ -190,6 +190,7 @@ int Run(const BenchArgs& a) {
     std::vector<double> prefill, decode;
     int64_t kv = 0;
     KvStats kv_stats;
+    double prefill_seconds = 0;  // the last run's first sequence (its prompt's index belongs to it)
     for (int r = 0; r < a.repeats; ++r) {
       double shared_tps = 0;
       auto out = a.shared_prompt ? RunSharedPrompt(engine, req, a.batch, &shared_tps)
@@ -203,6 +204,7 @@ int Run(const BenchArgs& a) {
       kv = 0;
       for (const GenerateResult& g : *out) kv += g.stats.kv_bytes;
       kv_stats = out->front().stats.kv;
+      prefill_seconds = out->front().stats.prefill_seconds;
     }
     const double p = Median(prefill), d = Median(decode);
     const double ms = d > 0 ? 1000.0 / d : 0.0;
@@ -223,7 +225,7 @@ int Run(const BenchArgs& a) {
     }
     if (a.kv_stats) {
       std::fprintf(stderr, "context %d, sequence 1 of the last run:\n%s\n", ctx,
-                   KvStatsText(kv_stats).c_str());
+                   KvStatsText(kv_stats, prefill_seconds).c_str());
     }
   }
   if (a.json) {

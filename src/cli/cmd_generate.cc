@@ -91,7 +91,8 @@ int Run(const GenerateArgs& a) {
     std::printf("\n");
     std::fflush(stdout);
     if (a.stats) std::fprintf(stderr, "%s\n", StatsLine(out->stats).c_str());
-    if (a.kv_stats) std::fprintf(stderr, "%s\n", KvStatsText(out->stats.kv).c_str());
+    if (a.kv_stats)
+      std::fprintf(stderr, "%s\n", KvStatsText(out->stats.kv, out->stats.prefill_seconds).c_str());
   }
   return 0;
 }

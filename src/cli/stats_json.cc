@@ -54,7 +54,7 @@ nlohmann::json KvStatsToJson(const KvStats& s) {
   };
 }
 
-std::string KvStatsText(const KvStats& s) {
+std::string KvStatsText(const KvStats& s, double prefill_seconds) {
   const double step =
       s.select_seconds + s.fetch_seconds + s.attend_seconds + s.update_seconds + s.other_seconds;
   auto ms = [](double sec) { return sec * 1e3; };
@@ -90,9 +90,12 @@ std::string KvStatsText(const KvStats& s) {
     }
   }
   if (s.prompt_index_seconds > 0) {
-    text +=
-        fmt::format("\nprompt index     built in {:.3f} s after the prompt's prefill (part of it)",
-                    s.prompt_index_seconds);
+    text += fmt::format("\nprompt index     built in {:.3f} s at the end of the prompt's prefill",
+                        s.prompt_index_seconds);
+    if (prefill_seconds >= s.prompt_index_seconds) {
+      text += fmt::format(" ({:.1f}% of the prefill's {:.3f} s)",
+                          100.0 * s.prompt_index_seconds / prefill_seconds, prefill_seconds);
+    }
   }
   if (s.recall_samples > 0) {
     text += fmt::format(

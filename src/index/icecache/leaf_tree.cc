@@ -57,7 +57,8 @@ void LeafTree::SetLeafStats(int32_t id, const float* keys, int n) {
 void LeafTree::RefreshNode(int32_t id) {
   Node& node = nodes_[id];
   ICECACHE_CHECK(!node.children.empty());
-  std::vector<double> acc(dim_, 0.0);
+  std::vector<double>& acc = acc_;
+  acc.assign(dim_, 0.0);
   double ext = 0;
   int64_t count = 0;
   for (int32_t ch : node.children) {

@@ -102,6 +102,7 @@ class LeafTree {
   std::vector<float> centroid_;     // [nodes][dim]
   std::vector<int32_t> leaf_node_;  // leaf id -> node
   int32_t root_ = -1;
+  std::vector<double> acc_;  // RefreshNode's sums (kept: it runs for every ancestor per insertion)
 };
 
 }  // namespace icecache::ice
