@@ -20,6 +20,25 @@ Status Prepare(Backend& b, const Tensor& host, Tensor* out) {
   return Status::Ok();
 }
 
+// Prepares matrices that read one input: as one stacked matrix (*stacked) whose row blocks
+// become `outs` where the backend stacks them (and `stack` allows it), else one by one.
+Status PrepareRows(Backend& b, std::span<const Tensor* const> parts, std::span<Tensor* const> outs,
+                   bool stack, Tensor* stacked) {
+  if (stack) {
+    ICECACHE_ASSIGN_OR_RETURN(*stacked, b.PrepareStacked(parts));
+  }
+  int64_t row = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (stacked->empty()) {
+      ICECACHE_RETURN_IF_ERROR(Prepare(b, *parts[i], outs[i]));
+      continue;
+    }
+    *outs[i] = stacked->Slice(row, row + parts[i]->dim(0));
+    row += parts[i]->dim(0);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Transformer>> Transformer::Create(const ModelConfig& config,
@@ -54,31 +73,13 @@ Status Transformer::PrepareWeights(const ModelWeights& host) {
     LayerWeights& d = w_.layers[i];
     // Projections that read the same input go through one stacked matrix where the backend
     // stacks them (biased projections stay apart).
-    if (h.bq.empty() && h.bk.empty() && h.bv.empty()) {
-      const Tensor* qkv[] = {&h.wq, &h.wk, &h.wv};
-      ICECACHE_ASSIGN_OR_RETURN(d.wqkv, b.PrepareStacked(qkv));
-    }
+    const Tensor* qkv[] = {&h.wq, &h.wk, &h.wv};
+    Tensor* qkv_out[] = {&d.wq, &d.wk, &d.wv};
+    const bool unbiased = h.bq.empty() && h.bk.empty() && h.bv.empty();
+    ICECACHE_RETURN_IF_ERROR(PrepareRows(b, qkv, qkv_out, unbiased, &d.wqkv));
     const Tensor* gate_up[] = {&h.w_gate, &h.w_up};
-    ICECACHE_ASSIGN_OR_RETURN(d.w_gate_up, b.PrepareStacked(gate_up));
-    if (!d.wqkv.empty()) {
-      const int64_t q = h.wq.dim(0), kv = h.wk.dim(0);
-      d.wq = d.wqkv.Slice(0, q);
-      d.wk = d.wqkv.Slice(q, q + kv);
-      d.wv = d.wqkv.Slice(q + kv, q + 2 * kv);
-    } else {
-      for (auto [src, dst] : {std::pair{&h.wq, &d.wq}, {&h.wk, &d.wk}, {&h.wv, &d.wv}}) {
-        ICECACHE_RETURN_IF_ERROR(Prepare(b, *src, dst));
-      }
-    }
-    if (!d.w_gate_up.empty()) {
-      const int64_t f = h.w_gate.dim(0);
-      d.w_gate = d.w_gate_up.Slice(0, f);
-      d.w_up = d.w_gate_up.Slice(f, 2 * f);
-    } else {
-      for (auto [src, dst] : {std::pair{&h.w_gate, &d.w_gate}, {&h.w_up, &d.w_up}}) {
-        ICECACHE_RETURN_IF_ERROR(Prepare(b, *src, dst));
-      }
-    }
+    Tensor* gate_up_out[] = {&d.w_gate, &d.w_up};
+    ICECACHE_RETURN_IF_ERROR(PrepareRows(b, gate_up, gate_up_out, true, &d.w_gate_up));
     for (auto [src, dst] : {std::pair{&h.attn_norm, &d.attn_norm},
                             {&h.wo, &d.wo},
                             {&h.bq, &d.bq},

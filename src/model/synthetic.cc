@@ -100,18 +100,17 @@ Result<std::unique_ptr<LoadedModel>> MakeSyntheticModel(const std::string& prese
   uint64_t next_seed = seed * 1000003u;
   // Matrices: uniform with the standard deviation of Hugging Face's init (0.02).
   const float matrix_scale = 0.02f * std::sqrt(3.0f);
+  // Fills an allocated tensor (possibly a block of a larger one) with the next seed.
+  auto fill = [&](const std::string& name, const Tensor& t, float scale, float offset = 0.0f) {
+    backend.FillRandom(t, ++next_seed, scale, offset);
+    m->tensors.push_back(
+        {name, t.dtype(), std::vector<int64_t>(t.shape().begin(), t.shape().end()), t.nbytes()});
+  };
   auto make = [&](const std::string& name, std::initializer_list<int64_t> shape, float scale,
                   float offset, Tensor* out) -> Status {
     const DType dtype = shape.size() == 1 ? DType::kF32 : DType::kBF16;
     ICECACHE_ASSIGN_OR_RETURN(*out, backend.Allocate(dtype, shape));
-    backend.FillRandom(*out, ++next_seed, scale, offset);
-    m->tensors.push_back({name, dtype, std::vector<int64_t>(shape), out->nbytes()});
-    return Status::Ok();
-  };
-  // A matrix allocated by the caller (a block of a larger one), filled as `make` would.
-  auto fill = [&](const std::string& name, const Tensor& t, float scale) -> Status {
-    backend.FillRandom(t, ++next_seed, scale, 0.0f);
-    m->tensors.push_back({name, t.dtype(), {t.dim(0), t.dim(1)}, t.nbytes()});
+    fill(name, *out, scale, offset);
     return Status::Ok();
   };
   const int64_t h = c.hidden, q = c.q_dim(), kv = c.kv_dim(), f = c.ffn, v = c.vocab;
@@ -134,9 +133,9 @@ Result<std::unique_ptr<LoadedModel>> MakeSyntheticModel(const std::string& prese
     l.wq = qkv.Slice(0, q);
     l.wk = qkv.Slice(q, q + kv);
     l.wv = qkv.Slice(q + kv, q + 2 * kv);
-    ICECACHE_RETURN_IF_ERROR(fill(p + "attn_q", l.wq, matrix_scale));
-    ICECACHE_RETURN_IF_ERROR(fill(p + "attn_k", l.wk, matrix_scale));
-    ICECACHE_RETURN_IF_ERROR(fill(p + "attn_v", l.wv, matrix_scale));
+    fill(p + "attn_q", l.wq, matrix_scale);
+    fill(p + "attn_k", l.wk, matrix_scale);
+    fill(p + "attn_v", l.wv, matrix_scale);
     ICECACHE_RETURN_IF_ERROR(make(p + "attn_output", {h, q}, matrix_scale, 0.0f, &l.wo));
     if (c.arch->qkv_bias) {
       ICECACHE_RETURN_IF_ERROR(make(p + "attn_q.bias", {q}, matrix_scale, 0.0f, &l.bq));
@@ -147,8 +146,8 @@ Result<std::unique_ptr<LoadedModel>> MakeSyntheticModel(const std::string& prese
     ICECACHE_ASSIGN_OR_RETURN(Tensor gate_up, backend.Allocate(DType::kBF16, {2 * f, h}));
     l.w_gate = gate_up.Slice(0, f);
     l.w_up = gate_up.Slice(f, 2 * f);
-    ICECACHE_RETURN_IF_ERROR(fill(p + "ffn_gate", l.w_gate, matrix_scale));
-    ICECACHE_RETURN_IF_ERROR(fill(p + "ffn_up", l.w_up, matrix_scale));
+    fill(p + "ffn_gate", l.w_gate, matrix_scale);
+    fill(p + "ffn_up", l.w_up, matrix_scale);
     ICECACHE_RETURN_IF_ERROR(make(p + "ffn_down", {h, f}, matrix_scale, 0.0f, &l.w_down));
   }
   backend.Synchronize();

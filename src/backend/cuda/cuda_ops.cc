@@ -25,6 +25,12 @@ void OnDevice(const Tensor& t) {
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Whether x w^T runs as the small-batch GEMV (else cuBLASLt): few rows, bf16, 16-byte rows.
+bool GemvFits(const Tensor& x, const Tensor& w) {
+  return x.rows() <= kernels::kGemvMaxRows && w.dim(1) % 8 == 0 && x.dtype() == DType::kBF16 &&
+         w.dtype() == DType::kBF16 && Aligned16(x.data()) && Aligned16(w.data());
+}
+
 kernels::AttentionParams ToParams(const AttentionArgs& a) {
   kernels::AttentionParams p;
   p.q = a.q.data();
@@ -81,9 +87,8 @@ void CudaBackend::DoMatMul(const Tensor& x, const Tensor& w, const Tensor* bias,
   if (n == 0 || m == 0) return;
   const ElemType yt = Elem(y);
   const float* b = bias != nullptr ? bias->data_as<const float>() : nullptr;
-  if (n <= kernels::kGemvMaxRows && k % 8 == 0 && Aligned16(x.data()) && Aligned16(w.data())) {
-    CheckCuda(kernels::LaunchGemv(stream(), x.data(), w.data(), b, y.data(), yt, n, m, k, num_sms_),
-              "GEMV");
+  if (GemvFits(x, w)) {
+    CheckCuda(kernels::LaunchGemv(stream(), x.data(), w.data(), b, y.data(), yt, n, m, k), "GEMV");
     return;
   }
   const int st = gemm_->Run(stream(), x.data(), w.data(), y.data(), yt == ElemType::kF32, n, m, k);
@@ -97,11 +102,7 @@ void CudaBackend::DoMatMul(const Tensor& x, const Tensor& w, const Tensor* bias,
 void CudaBackend::DoMatMulSplit(const Tensor& x, const Tensor& w, std::span<const Tensor> ys) {
   OnDevice(x);
   OnDevice(w);
-  const int64_t n = x.rows(), k = w.dim(1);
-  const bool gemv = n <= kernels::kGemvMaxRows && k % 8 == 0 && Aligned16(x.data()) &&
-                    Aligned16(w.data()) && ys.size() <= 3 && x.dtype() == DType::kBF16 &&
-                    w.dtype() == DType::kBF16;
-  if (!gemv) return Backend::DoMatMulSplit(x, w, ys);
+  if (ys.size() > 3 || !GemvFits(x, w)) return Backend::DoMatMulSplit(x, w, ys);
   void* out[3];
   int64_t widths[3];
   for (size_t i = 0; i < ys.size(); ++i) {
@@ -110,7 +111,7 @@ void CudaBackend::DoMatMulSplit(const Tensor& x, const Tensor& w, std::span<cons
     widths[i] = ys[i].cols();
   }
   CheckCuda(kernels::LaunchGemvSplit(stream(), x.data(), w.data(), out, widths,
-                                     static_cast<int>(ys.size()), Elem(ys[0]), n, k, num_sms_),
+                                     static_cast<int>(ys.size()), Elem(ys[0]), x.rows(), w.dim(1)),
             "GEMV (split)");
 }
 
@@ -119,12 +120,9 @@ void CudaBackend::DoMatMulGlu(const Tensor& x, const Tensor& w, const Tensor& up
   OnDevice(x);
   OnDevice(w);
   OnDevice(out);
-  const int64_t n = x.rows(), k = w.dim(1);
-  const bool gemv = n <= kernels::kGemvMaxRows && k % 8 == 0 && Aligned16(x.data()) &&
-                    Aligned16(w.data()) && x.dtype() == DType::kBF16 && w.dtype() == DType::kBF16;
-  if (!gemv) return Backend::DoMatMulGlu(x, w, up, out);
-  CheckCuda(kernels::LaunchGemvGlu(stream(), x.data(), w.data(), out.data(), Elem(out), n,
-                                   out.cols(), k, num_sms_),
+  if (!GemvFits(x, w)) return Backend::DoMatMulGlu(x, w, up, out);
+  CheckCuda(kernels::LaunchGemvGlu(stream(), x.data(), w.data(), out.data(), Elem(out), x.rows(),
+                                   out.cols(), w.dim(1)),
             "GEMV (SwiGLU)");
 }
 

@@ -47,6 +47,7 @@ Result<Tensor> CudaBackend::PrepareStacked(std::span<const Tensor* const> parts)
       return InvalidArgument("CUDA backend: stacked weights must be matrices of one width, got " +
                              p->ShapeString());
     }
+    if (p->dtype() == DType::kI32) return InvalidArgument("CUDA backend: integer weight");
     adjacent = adjacent && p->data() == next && p->dtype() == DType::kBF16;
     next = static_cast<const char*>(p->data()) + p->nbytes();
     rows += p->dim(0);
@@ -61,7 +62,6 @@ Result<Tensor> CudaBackend::PrepareStacked(std::span<const Tensor* const> parts)
   ICECACHE_ASSIGN_OR_RETURN(Tensor dev, Allocate(DType::kBF16, {rows, first.cols()}));
   int64_t row = 0;
   for (const Tensor* p : parts) {
-    if (p->dtype() == DType::kI32) return InvalidArgument("CUDA backend: integer weight");
     ICECACHE_RETURN_IF_ERROR(UploadInto(*p, dev.Slice(row, row + p->dim(0))));
     row += p->dim(0);
   }

@@ -72,6 +72,9 @@ __device__ __forceinline__ void Store8(float* p, const float* f) {
 __device__ __forceinline__ void PdlTrigger() { asm volatile("griddepcontrol.launch_dependents;"); }
 __device__ __forceinline__ void PdlWait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
+// torch's silu: g / (1 + exp(-g)).
+__device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
+
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

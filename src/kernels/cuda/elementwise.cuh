@@ -168,8 +168,7 @@ template <typename T>
 __global__ void SwiGluKernel(const T* gate, const T* up, T* out, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = ToFloat(gate[i]);
-    out[i] = FromFloat<T>(g / (1.0f + expf(-g)) * ToFloat(up[i]));
+    out[i] = FromFloat<T>(Silu(ToFloat(gate[i])) * ToFloat(up[i]));
   }
 }
 

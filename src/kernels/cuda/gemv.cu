@@ -38,7 +38,7 @@ inline int PickSplit(int64_t rows, int64_t k) {
 
 template <int kN, bool kGlu, typename Tout>
 int RunN(Stream s, const void* x, const void* w, const float* bias, const GemvOut& out, int64_t m,
-         int64_t k, int num_sms) {
+         int64_t k) {
   switch (PickSplit(kGlu ? 2 * m : m, k)) {
     case 8:
       return Run<kN, 8, kGlu, Tout>(s, x, w, bias, out, m, k);
@@ -53,39 +53,39 @@ int RunN(Stream s, const void* x, const void* w, const float* bias, const GemvOu
 
 template <bool kGlu, typename Tout>
 int RunType(Stream s, const void* x, const void* w, const float* bias, const GemvOut& out,
-            int64_t n, int64_t m, int64_t k, int num_sms) {
+            int64_t n, int64_t m, int64_t k) {
   switch (n) {
     case 1:
-      return RunN<1, kGlu, Tout>(s, x, w, bias, out, m, k, num_sms);
+      return RunN<1, kGlu, Tout>(s, x, w, bias, out, m, k);
     case 2:
-      return RunN<2, kGlu, Tout>(s, x, w, bias, out, m, k, num_sms);
+      return RunN<2, kGlu, Tout>(s, x, w, bias, out, m, k);
     case 3:
-      return RunN<3, kGlu, Tout>(s, x, w, bias, out, m, k, num_sms);
+      return RunN<3, kGlu, Tout>(s, x, w, bias, out, m, k);
     default:
-      return RunN<4, kGlu, Tout>(s, x, w, bias, out, m, k, num_sms);
+      return RunN<4, kGlu, Tout>(s, x, w, bias, out, m, k);
   }
 }
 
 template <bool kGlu>
 int Dispatch(Stream s, const void* x, const void* w, const float* bias, const GemvOut& out,
-             ElemType y_type, int64_t n, int64_t m, int64_t k, int num_sms) {
+             ElemType y_type, int64_t n, int64_t m, int64_t k) {
   if (n <= 0 || m <= 0) return 0;
-  if (y_type == ElemType::kF32) return RunType<kGlu, float>(s, x, w, bias, out, n, m, k, num_sms);
-  return RunType<kGlu, __nv_bfloat16>(s, x, w, bias, out, n, m, k, num_sms);
+  if (y_type == ElemType::kF32) return RunType<kGlu, float>(s, x, w, bias, out, n, m, k);
+  return RunType<kGlu, __nv_bfloat16>(s, x, w, bias, out, n, m, k);
 }
 
 }  // namespace
 
 int LaunchGemv(Stream s, const void* x, const void* w, const float* bias, void* y, ElemType y_type,
-               int64_t n, int64_t m, int64_t k, int num_sms) {
+               int64_t n, int64_t m, int64_t k) {
   GemvOut out;
   out.y[0] = y;
   out.width[0] = m;
-  return Dispatch<false>(s, x, w, bias, out, y_type, n, m, k, num_sms);
+  return Dispatch<false>(s, x, w, bias, out, y_type, n, m, k);
 }
 
 int LaunchGemvSplit(Stream s, const void* x, const void* w, void* const* ys, const int64_t* widths,
-                    int parts, ElemType y_type, int64_t n, int64_t k, int num_sms) {
+                    int parts, ElemType y_type, int64_t n, int64_t k) {
   if (parts < 1 || parts > 3) return static_cast<int>(cudaErrorInvalidValue);
   GemvOut out;
   int64_t m = 0;
@@ -94,15 +94,15 @@ int LaunchGemvSplit(Stream s, const void* x, const void* w, void* const* ys, con
     out.width[i] = widths[i];
     m += widths[i];
   }
-  return Dispatch<false>(s, x, w, nullptr, out, y_type, n, m, k, num_sms);
+  return Dispatch<false>(s, x, w, nullptr, out, y_type, n, m, k);
 }
 
 int LaunchGemvGlu(Stream s, const void* x, const void* w, void* y, ElemType y_type, int64_t n,
-                  int64_t m_out, int64_t k, int num_sms) {
+                  int64_t m_out, int64_t k) {
   GemvOut out;
   out.y[0] = y;
   out.width[0] = m_out;
-  return Dispatch<true>(s, x, w, nullptr, out, y_type, n, m_out, k, num_sms);
+  return Dispatch<true>(s, x, w, nullptr, out, y_type, n, m_out, k);
 }
 
 }  // namespace icecache::kernels

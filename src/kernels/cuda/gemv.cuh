@@ -145,8 +145,8 @@ __global__ void __launch_bounds__(kGemvThreads)
       const int64_t row = row0 + j;
       if (lane != r * kOutPerWarp + j || row >= m) continue;
       if (kGlu) {
-        const float g = acc[r][j], u = acc[r][j + kOutPerWarp];
-        static_cast<Tout*>(out.y[0])[r * m + row] = FromFloat<Tout>(g / (1.0f + expf(-g)) * u);
+        static_cast<Tout*>(out.y[0])[r * m + row] =
+            FromFloat<Tout>(Silu(acc[r][j]) * acc[r][j + kOutPerWarp]);
         continue;
       }
       const float v = acc[r][j] + (bias != nullptr ? bias[row] : 0.0f);

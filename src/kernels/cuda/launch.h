@@ -138,15 +138,15 @@ int LaunchMapPages(Stream s, const PageMapParams& p);
 // per row group, for benchmarks) overrides the k split picked from the shape.
 constexpr int kGemvMaxRows = 4;
 int LaunchGemv(Stream s, const void* x, const void* w, const float* bias, void* y, ElemType y_type,
-               int64_t n, int64_t m, int64_t k, int num_sms);
+               int64_t n, int64_t m, int64_t k);
 // The same over a stacked w = [w_0; ...; w_{parts-1}] (parts <= 3, widths[i] rows each): block i
 // goes to ys[i] ([n, widths[i]]); one launch reads every block.
 int LaunchGemvSplit(Stream s, const void* x, const void* w, void* const* ys, const int64_t* widths,
-                    int parts, ElemType y_type, int64_t n, int64_t k, int num_sms);
+                    int parts, ElemType y_type, int64_t n, int64_t k);
 // y[n, m_out] = silu(x w_gate^T) * (x w_up^T) for w = [w_gate; w_up] ([2 m_out, k]), from the
 // f32 sums (rounded once).
 int LaunchGemvGlu(Stream s, const void* x, const void* w, void* y, ElemType y_type, int64_t n,
-                  int64_t m_out, int64_t k, int num_sms);
+                  int64_t m_out, int64_t k);
 
 // ---- paged attention (attention_*.cu) ---------------------------------------------------
 
