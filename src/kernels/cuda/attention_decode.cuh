@@ -242,17 +242,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       }
     }
     float m_use[2], alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(~0u, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(~0u, mx[r], 2));
-      const float m_new = fmaxf(m[r], mx[r]);
-      m_use[r] = m_new == kNegInf ? 0.0f : m_new;
-      alpha[r] = FastExp2(m[r] - m_use[r]);
-      m[r] = m_new;
-      l[r] *= alpha[r];
-    }
-    if (__any_sync(~0u, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+    if (OnlineSoftmaxStep(mx, m, l, m_use, alpha)) {
 #pragma unroll
       for (int i = 0; i < kDTiles; ++i) {
         o[i][0] *= alpha[0];

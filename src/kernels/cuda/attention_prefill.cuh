@@ -1,13 +1,16 @@
 // Prefill attention over paged KV with bf16 tensor cores (mma.sync m16n8k16), flash-attention
-// style: a block holds 64 query tokens of one head (16 per warp) in registers and walks the
-// row's key slots 64 at a time (slot s of a row is offset s % page_size of its entry
-// s / page_size; offsets past an entry's length are masked), with an online softmax in base 2.
-// K/V tiles are gathered from their pages with cp.async into two swizzled shared-memory stages;
-// the page ids of the tile after next are fetched one tile ahead, so no global load sits on
-// the critical path. Causality is by absolute position (keys at positions > the query's are
-// masked); a warp skips the math of a tile none of whose keys its queries can see. Query
-// tokens of a block that belong to different rows (sequence boundaries) are handled one run
-// of equal row_base at a time.
+// style: a block of 4 warps holds 64 * MT query tokens of one head (16 * MT rows per warp, MT
+// m-tiles that share every K and V fragment the warp loads, which halves the K/V bytes read per
+// query at MT = 2) and walks the row's key slots BN at a time (slot s of a row is offset
+// s % page_size of its entry s / page_size; offsets past an entry's length are masked), with an
+// online softmax in base 2 that rescales the output only when a row maximum moves. The query
+// tile stays in shared memory and is re-read per tile (its fragments would not fit in
+// registers beside MT m-tiles of output). K/V tiles are gathered from their pages with cp.async
+// into two swizzled shared-memory stages; the page ids of the tile after next are fetched one
+// tile ahead, so no global load sits on the critical path. Causality is by absolute position
+// (keys at positions > the query's are masked); a warp skips the math of a tile none of whose
+// keys its queries can see. Query tokens of a block that belong to different rows (sequence
+// boundaries) are handled one run of equal row_base at a time.
 #pragma once
 
 #include <cstdint>
@@ -18,19 +21,19 @@
 namespace icecache::kernels {
 
 constexpr int kPrefillThreads = 128;
-constexpr int kPrefillBM = 64;  // query tokens per block
-constexpr int kPrefillBN = 64;  // key slots per tile
 
-template <int D>
+template <int D, int MT, int BN>
 struct PrefillLayout {
+  static constexpr int kBM = 64 * MT;  // query tokens per block
+  static constexpr int kBN = BN;       // key slots per tile
   static constexpr int kRowBytes = D * 2;
-  static constexpr int kTileBytes = 64 * kRowBytes;
+  static constexpr int kTileBytes = BN * kRowBytes;
   static constexpr int kQ = 0;
-  static constexpr int kK = kQ + kTileBytes;      // two stages
-  static constexpr int kV = kK + 2 * kTileBytes;  // two stages
+  static constexpr int kK = kQ + kBM * kRowBytes;  // two stages
+  static constexpr int kV = kK + 2 * kTileBytes;   // two stages
   static constexpr int kPos = kV + 2 * kTileBytes;
-  static constexpr int kValid = kPos + 2 * kPrefillBN * 4;
-  static constexpr int kBytes = kValid + 2 * kPrefillBN * 4;
+  static constexpr int kValid = kPos + 2 * BN * 4;
+  static constexpr int kBytes = kValid + 2 * BN * 4;
 };
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile: chunks are XOR-swizzled by the
@@ -40,13 +43,28 @@ __device__ __forceinline__ int Swizzled(int row, int chunk) {
   return row * (D * 2) + ((chunk ^ (row & 7)) << 4);
 }
 
+// Byte offsets of 16-byte chunks 2 i + hi (i = 0..3) of `row` in a swizzled tile. Chunk 2 c + hi
+// for any c is at b[c % 4] + (c / 4) * 128, and row + 8 k at that plus 8 k rows: the ldmatrix
+// addresses of a whole tile from four registers and immediates.
 template <int D>
+__device__ __forceinline__ void SwizzleBases(int row, int hi, int (&b)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) b[i] = Swizzled<D>(row, 2 * i + hi);
+}
+template <int D>
+__device__ __forceinline__ int SwizzledAt(const int (&b)[4], int c, int row_add) {
+  return b[c & 3] + (c >> 2) * 128 + row_add * (D * 2);
+}
+
+template <int D, int MT, int BN>
 __global__ void __launch_bounds__(kPrefillThreads, 2) PrefillAttentionKernel(AttentionParams p) {
-  using L = PrefillLayout<D>;
+  using L = PrefillLayout<D, MT, BN>;
+  constexpr int kSlotThreads = kPrefillThreads / BN;  // threads gathering one key slot
+  static_assert(BN % 16 == 0 && kPrefillThreads % BN == 0 && (D / 8) % kSlotThreads == 0);
   constexpr int kChunks = D / 8;   // 16-byte chunks per row
   constexpr int kKSteps = D / 16;  // k-steps of q k^T
   constexpr int kDTiles = D / 8;   // n-tiles of the output
-  constexpr int kNTiles = kPrefillBN / 8;
+  constexpr int kNTiles = BN / 8;
   constexpr int kIntMax = 0x7fffffff;
   constexpr int kIntMin = -kIntMax - 1;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -55,8 +73,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) PrefillAttentionKernel(Att
   const int g = lane / 4, tig = lane % 4;
   const int head = blockIdx.y;
   const int kvh = head / (p.n_heads / p.n_kv_heads);
-  const int t0 = blockIdx.x * kPrefillBM;
-  const int t_end = min(t0 + kPrefillBM, p.n_tokens);
+  const int t0 = blockIdx.x * L::kBM;
+  const int t_end = min(t0 + L::kBM, p.n_tokens);
+  const int warp_row0 = warp * 16 * MT;  // the warp's first row in the block
   const int ps = p.page_size;
   const int shift = Pow2Shift(ps);
   const float scale_log2 = p.scale * kLog2e;
@@ -66,8 +85,8 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) PrefillAttentionKernel(Att
   int* kpos_s = reinterpret_cast<int*>(smem + L::kPos);
   int* kvalid_s = reinterpret_cast<int*>(smem + L::kValid);
 
-  // The query tile, into registers as A fragments.
-  for (int i = tid; i < kPrefillBM * kChunks; i += kPrefillThreads) {
+  // The query tile, into shared memory (waited for with the first K/V tile).
+  for (int i = tid; i < L::kBM * kChunks; i += kPrefillThreads) {
     const int r = i / kChunks, c = i % kChunks;
     const bool valid = t0 + r < p.n_tokens;
     const __nv_bfloat16* src =
@@ -75,17 +94,18 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) PrefillAttentionKernel(Att
     CpAsync16(smem + L::kQ + Swizzled<D>(r, c), src, valid);
   }
   CpAsyncCommit();
-  CpAsyncWait<0>();
-  __syncthreads();
-  uint32_t qf[kKSteps][4];
-#pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk) {
-    const int r = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-    LdMatrixX4(qf[kk], smem + L::kQ + Swizzled<D>(r, kk * 2 + lane / 16));
-  }
 
-  // Each thread gathers key slot `lr` of a tile (two threads per slot, half the chunks each).
-  const int lr = tid / 2, part = tid % 2;
+  // The rows and chunks this lane's ldmatrix reads address: query rows (A, chunks 2 kk +
+  // lane / 16), key rows (B of q k^T, chunks 2 kk + (lane / 8) % 2), value rows (B of p v,
+  // transposed, chunks 2 np + lane / 16).
+  int q_base[4], k_base[4], v_base[4];
+  SwizzleBases<D>(warp_row0 + (lane % 8) + ((lane / 8) % 2) * 8, lane / 16, q_base);
+  SwizzleBases<D>((lane % 8) + (lane / 16) * 8, (lane / 8) % 2, k_base);
+  SwizzleBases<D>((lane % 8) + ((lane / 8) % 2) * 8, lane / 16, v_base);
+
+  // Each thread gathers key slot `lr` of a tile (kSlotThreads threads per slot, a share of the
+  // chunks each).
+  const int lr = tid / kSlotThreads, part = tid % kSlotThreads;
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out);
 
   for (int cur = t0; cur < t_end;) {
@@ -100,11 +120,11 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) PrefillAttentionKernel(Att
     }
     // Slots fit in int32: a pool holds at most INT32_MAX slots.
     const int n_slots = (e_end - e_begin) * ps;
-    const int n_tiles = (n_slots + kPrefillBN - 1) / kPrefillBN;
+    const int n_tiles = (n_slots + BN - 1) / BN;
 
     // Page id and length of this thread's slot in `tile` (-1, 0 past the row's end).
     auto fetch = [&](int tile, int* page, int* len) {
-      const int slot = tile * kPrefillBN + lr;
+      const int slot = tile * BN + lr;
       *page = -1;
       *len = 0;
       if (slot < n_slots) {
@@ -116,31 +136,36 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) PrefillAttentionKernel(Att
     };
     auto issue = [&](int tile, int stage, int page, int len) {
       int e, off;
-      SlotEntry(tile * kPrefillBN + lr, ps, shift, &e, &off);
+      SlotEntry(tile * BN + lr, ps, shift, &e, &off);
       const bool valid = page >= 0 && page < p.num_pages && off < len;
       const int64_t idx = valid ? static_cast<int64_t>(page) * ps + off : 0;
       if (part == 0) {
-        kvalid_s[stage * kPrefillBN + lr] = valid;
-        CpAsync4(kpos_s + stage * kPrefillBN + lr, p.pool_pos + idx, valid);
+        kvalid_s[stage * BN + lr] = valid;
+        CpAsync4(kpos_s + stage * BN + lr, p.pool_pos + idx, valid);
       }
       uint8_t* ks = smem + L::kK + stage * L::kTileBytes;
       uint8_t* vs = smem + L::kV + stage * L::kTileBytes;
 #pragma unroll
-      for (int c = part * (kChunks / 2); c < (part + 1) * (kChunks / 2); ++c) {
+      for (int c = part * (kChunks / kSlotThreads); c < (part + 1) * (kChunks / kSlotThreads);
+           ++c) {
         CpAsync16(ks + Swizzled<D>(lr, c), pool_k + idx * D + c * 8, valid);
         CpAsync16(vs + Swizzled<D>(lr, c), pool_v + idx * D + c * 8, valid);
       }
     };
 
-    int qlim[2];
+    // qlim[mt][j]: the position limit of row warp_row0 + 16 mt + g + 8 j (kIntMin: not in run).
+    int qlim[MT][2];
     int warp_qmax = kIntMin, warp_qmin = kIntMax;
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int t = t0 + warp * 16 + g + 8 * j;
-      const bool active = t >= cur && t < run_end;
-      qlim[j] = !active ? kIntMin : (p.causal ? p.q_pos[t] : kIntMax - 1);
-      warp_qmax = max(warp_qmax, qlim[j]);
-      warp_qmin = min(warp_qmin, qlim[j]);
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int t = t0 + warp_row0 + mt * 16 + g + 8 * j;
+        const bool active = t >= cur && t < run_end;
+        qlim[mt][j] = !active ? kIntMin : (p.causal ? p.q_pos[t] : kIntMax - 1);
+        warp_qmax = max(warp_qmax, qlim[mt][j]);
+        warp_qmin = min(warp_qmin, qlim[mt][j]);
+      }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -148,13 +173,21 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) PrefillAttentionKernel(Att
       warp_qmin = min(warp_qmin, __shfl_xor_sync(~0u, warp_qmin, o));
     }
 
-    float o_acc[kDTiles][4];
+    float o_acc[MT][kDTiles][4];
 #pragma unroll
-    for (int i = 0; i < kDTiles; ++i) {
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o_acc[i][e] = 0.0f;
+      for (int i = 0; i < kDTiles; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o_acc[mt][i][e] = 0.0f;
+      }
     }
-    float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+    float m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      m[mt][0] = m[mt][1] = kNegInf;
+      l[mt][0] = l[mt][1] = 0.0f;
+    }
 
     int next_page = -1, next_len = 0;
     if (n_tiles > 0) {
@@ -175,11 +208,15 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) PrefillAttentionKernel(Att
         CpAsyncWait<0>();
       }
       __syncthreads();
-      const int* kpos = kpos_s + stage * kPrefillBN;
-      const int* kvalid = kvalid_s + stage * kPrefillBN;
-      const int kp0 = kvalid[lane] ? kpos[lane] : kIntMax;
-      const int kp1 = kvalid[lane + 32] ? kpos[lane + 32] : kIntMax;
-      int kmin = min(kp0, kp1), kmax = max(kp0, kp1);
+      const int* kpos = kpos_s + stage * BN;
+      const int* kvalid = kvalid_s + stage * BN;
+      int kmin = kIntMax, kmax = kIntMin;
+#pragma unroll
+      for (int i = lane; i < BN; i += 32) {
+        const int kp = kvalid[i] ? kpos[i] : kIntMax;
+        kmin = min(kmin, kp);
+        kmax = max(kmax, kp);
+      }
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
         kmin = min(kmin, __shfl_xor_sync(~0u, kmin, o));
@@ -190,78 +227,91 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) PrefillAttentionKernel(Att
       if (kmin <= warp_qmax) {
         const uint8_t* ks = smem + L::kK + stage * L::kTileBytes;
         const uint8_t* vs = smem + L::kV + stage * L::kTileBytes;
-        float s[kNTiles][4];
+        float s[MT][kNTiles][4];
 #pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
+        for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+          for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][j][e] = 0.0f;
+          }
         }
 #pragma unroll
         for (int kk = 0; kk < kKSteps; ++kk) {
+          uint32_t a[MT][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            LdMatrixX4(a[mt], smem + L::kQ + SwizzledAt<D>(q_base, kk, mt * 16));
+          }
 #pragma unroll
           for (int jp = 0; jp < kNTiles / 2; ++jp) {
             uint32_t b[4];
-            const int key = jp * 16 + (lane % 8) + (lane / 16) * 8;
-            LdMatrixX4(b, ks + Swizzled<D>(key, kk * 2 + (lane / 8) % 2));
-            MmaBf16(s[2 * jp], qf[kk], b[0], b[1]);
-            MmaBf16(s[2 * jp + 1], qf[kk], b[2], b[3]);
-          }
-        }
-        // Mask, scale, row maxima.
-        float mx[2] = {kNegInf, kNegInf};
+            LdMatrixX4(b, ks + SwizzledAt<D>(k_base, kk, jp * 16));
 #pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float v = s[j][e] * scale_log2;
-            if (!all_visible) {
-              const int col = j * 8 + tig * 2 + (e & 1);
-              const int kp = kvalid[col] ? kpos[col] : kIntMax;
-              if (kp > qlim[e >> 1]) v = kNegInf;
+            for (int mt = 0; mt < MT; ++mt) {
+              MmaBf16(s[mt][2 * jp], a[mt], b[0], b[1]);
+              MmaBf16(s[mt][2 * jp + 1], a[mt], b[2], b[3]);
             }
-            s[j][e] = v;
-            mx[e >> 1] = fmaxf(mx[e >> 1], v);
-          }
-        }
-        float m_use[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          mx[r] = fmaxf(mx[r], __shfl_xor_sync(~0u, mx[r], 1));
-          mx[r] = fmaxf(mx[r], __shfl_xor_sync(~0u, mx[r], 2));
-          const float m_new = fmaxf(m[r], mx[r]);
-          m_use[r] = m_new == kNegInf ? 0.0f : m_new;
-          const float alpha = FastExp2(m[r] - m_use[r]);
-          m[r] = m_new;
-          l[r] *= alpha;
-#pragma unroll
-          for (int i = 0; i < kDTiles; ++i) {
-            o_acc[i][2 * r] *= alpha;
-            o_acc[i][2 * r + 1] *= alpha;
           }
         }
 #pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
+        for (int mt = 0; mt < MT; ++mt) {
+          // Mask, scale, row maxima.
+          float mx[2] = {kNegInf, kNegInf};
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float pe = FastExp2(s[j][e] - m_use[e >> 1]);
-            s[j][e] = pe;
-            l[e >> 1] += pe;
+          for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              float v = s[mt][j][e] * scale_log2;
+              if (!all_visible) {
+                const int col = j * 8 + tig * 2 + (e & 1);
+                const int kp = kvalid[col] ? kpos[col] : kIntMax;
+                if (kp > qlim[mt][e >> 1]) v = kNegInf;
+              }
+              s[mt][j][e] = v;
+              mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            }
+          }
+          // Rescale the output only where a row maximum moved (alpha is exactly 1 elsewhere):
+          // past the first tiles of a long row it seldom does.
+          float m_use[2], alpha[2];
+          if (OnlineSoftmaxStep(mx, m[mt], l[mt], m_use, alpha)) {
+#pragma unroll
+            for (int i = 0; i < kDTiles; ++i) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) o_acc[mt][i][e] *= alpha[e >> 1];
+            }
+          }
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float pe = FastExp2(s[mt][j][e] - m_use[e >> 1]);
+              s[mt][j][e] = pe;
+              l[mt][e >> 1] += pe;
+            }
           }
         }
         // o += p v, p as A fragments straight from the score accumulators.
 #pragma unroll
-        for (int kk = 0; kk < kPrefillBN / 16; ++kk) {
-          const uint32_t a[4] = {PackBf16(s[2 * kk][0], s[2 * kk][1]),
-                                 PackBf16(s[2 * kk][2], s[2 * kk][3]),
-                                 PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                 PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        for (int kk = 0; kk < BN / 16; ++kk) {
+          uint32_t a[MT][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            a[mt][0] = PackBf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+            a[mt][1] = PackBf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+            a[mt][2] = PackBf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+            a[mt][3] = PackBf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+          }
 #pragma unroll
           for (int np = 0; np < D / 16; ++np) {
             uint32_t b[4];
-            const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-            LdMatrixX4Trans(b, vs + Swizzled<D>(key, np * 2 + lane / 16));
-            MmaBf16(o_acc[2 * np], a, b[0], b[1]);
-            MmaBf16(o_acc[2 * np + 1], a, b[2], b[3]);
+            LdMatrixX4Trans(b, vs + SwizzledAt<D>(v_base, np, kk * 16));
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              MmaBf16(o_acc[mt][2 * np], a[mt], b[0], b[1]);
+              MmaBf16(o_acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+            }
           }
         }
       }
@@ -269,24 +319,26 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) PrefillAttentionKernel(Att
     }
 
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      l[r] += __shfl_xor_sync(~0u, l[r], 1);
-      l[r] += __shfl_xor_sync(~0u, l[r], 2);
-    }
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (qlim[r] == kIntMin) continue;
-      const int t = t0 + warp * 16 + g + 8 * r;
-      const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-      __nv_bfloat16* dst = out + (static_cast<int64_t>(t) * p.n_heads + head) * D + tig * 2;
+      for (int r = 0; r < 2; ++r) {
+        float lr_sum = l[mt][r];
+        lr_sum += __shfl_xor_sync(~0u, lr_sum, 1);
+        lr_sum += __shfl_xor_sync(~0u, lr_sum, 2);
+        if (qlim[mt][r] == kIntMin) continue;
+        const int t = t0 + warp_row0 + mt * 16 + g + 8 * r;
+        const float inv = lr_sum > 0.0f ? 1.0f / lr_sum : 0.0f;
+        __nv_bfloat16* dst = out + (static_cast<int64_t>(t) * p.n_heads + head) * D + tig * 2;
 #pragma unroll
-      for (int i = 0; i < kDTiles; ++i) {
-        *reinterpret_cast<__nv_bfloat162*>(dst + i * 8) =
-            __floats2bfloat162_rn(o_acc[i][2 * r] * inv, o_acc[i][2 * r + 1] * inv);
+        for (int i = 0; i < kDTiles; ++i) {
+          *reinterpret_cast<__nv_bfloat162*>(dst + i * 8) =
+              __floats2bfloat162_rn(o_acc[mt][i][2 * r] * inv, o_acc[mt][i][2 * r + 1] * inv);
+        }
       }
     }
     cur = run_end;
   }
+  CpAsyncWait<0>();  // the query tile's copy, where no run had a key tile
 }
 
 }  // namespace icecache::kernels

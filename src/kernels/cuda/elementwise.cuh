@@ -103,12 +103,19 @@ __global__ void __launch_bounds__(kRowThreads)
     AddRmsNormKernel(const T* a, T* inout, const float* w, float eps, int64_t cols, T* out) {
   __shared__ float scratch[kRowThreads / 32];
   PdlTrigger();
-  PdlWait();
   const int64_t r = blockIdx.x;
   const T* ar = a + r * cols;
   T* xr = inout + r * cols;
   T* orow = out + r * cols;
   if (cols % 8 == 0 && cols <= int64_t{kRowThreads} * 8 * kRowVecs) {
+    // The norm's weights are constants: read them before waiting on the kernel before.
+    float wf[kRowVecs][8];
+#pragma unroll
+    for (int k = 0; k < kRowVecs; ++k) {
+      const int64_t c = (threadIdx.x + int64_t{k} * kRowThreads) * 8;
+      if (c < cols) Load8(w + c, wf[k]);
+    }
+    PdlWait();
     float v[kRowVecs][8];
     float ss = 0.0f;
 #pragma unroll
@@ -132,15 +139,15 @@ __global__ void __launch_bounds__(kRowThreads)
     for (int k = 0; k < kRowVecs; ++k) {
       const int64_t c = (threadIdx.x + int64_t{k} * kRowThreads) * 8;
       if (c < cols) {
-        float wf[8], o[8];
-        Load8(w + c, wf);
+        float o[8];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) o[e] = wf[e] * (v[k][e] * inv);
+        for (int e = 0; e < 8; ++e) o[e] = wf[k][e] * (v[k][e] * inv);
         Store8(orow + c, o);
       }
     }
     return;
   }
+  PdlWait();
   float ss = 0.0f;
   for (int64_t c = threadIdx.x; c < cols; c += kRowThreads) {
     const T sum = FromFloat<T>(ToFloat(xr[c]) + ToFloat(ar[c]));

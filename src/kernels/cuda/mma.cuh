@@ -77,4 +77,24 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// One online-softmax step for the two rows (g and g + 8) of an m16 accumulator tile: `mx` holds
+// this lane's maxima of the new scores, reduced here over the lane quad; the running maxima `m`
+// move to the new ones and the sums `l` are rescaled. Returns in `m_use` the maxima to subtract
+// (0 where a row has seen no finite score) and in `alpha` the factor for the row's output,
+// and whether any lane of the warp has a factor other than 1 (an output rescale is needed).
+__device__ __forceinline__ bool OnlineSoftmaxStep(float (&mx)[2], float (&m)[2], float (&l)[2],
+                                                  float (&m_use)[2], float (&alpha)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(~0u, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(~0u, mx[r], 2));
+    const float m_new = fmaxf(m[r], mx[r]);
+    m_use[r] = m_new == kNegInf ? 0.0f : m_new;
+    alpha[r] = FastExp2(m[r] - m_use[r]);
+    m[r] = m_new;
+    l[r] *= alpha[r];
+  }
+  return __any_sync(~0u, alpha[0] != 1.0f || alpha[1] != 1.0f);
+}
+
 }  // namespace icecache::kernels
