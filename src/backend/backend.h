@@ -142,6 +142,20 @@ class Backend {
   // strided transfer for per-layer regions of step inputs.
   virtual Status CopyBlocks(const void* src, void* dst, int64_t count, int64_t block_bytes,
                             int64_t src_pitch, int64_t dst_pitch) = 0;
+  // Host to backend memory like CopyBlocks, but queued behind the work queued so far without
+  // waiting for the copy: `src` (staging memory, from AllocateStaging) must stay unchanged until
+  // the copy has run, which WaitFence(f) after a later RecordFence(f), or Synchronize, ensures.
+  // Backends whose work runs as it is queued (the CPU) just copy.
+  virtual Status CopyBlocksQueued(const void* src, void* dst, int64_t count, int64_t block_bytes,
+                                  int64_t src_pitch, int64_t dst_pitch) {
+    return CopyBlocks(src, dst, count, block_bytes, src_pitch, dst_pitch);
+  }
+  // Fences in the backend's queue, 0 .. kFences - 1: RecordFence(f) marks the work queued so
+  // far, WaitFence(f) returns once that work has run (at once if f was never recorded). No-ops
+  // where work runs as it is queued.
+  static constexpr int kFences = 2;
+  virtual void RecordFence(int fence) {}
+  virtual void WaitFence(int fence) {}
   // Host memory the backend copies from fastest (pinned on CUDA); zero-filled.
   virtual Result<Tensor> AllocateStaging(DType dtype, std::span<const int64_t> shape) {
     return Tensor::Host(dtype, shape);
@@ -180,6 +194,18 @@ class Backend {
   // Unsupported on backends without a device sampler (the caller samples on the host).
   virtual Status SampleTokens(const Tensor& logits, std::span<const SampleRowParams> params,
                               std::span<int32_t> out) {
+    return Unsupported("this backend has no device sampler");
+  }
+  // The same without waiting: the ids go to `device_ids` (i32, backend memory, one per row) and
+  // start on their way to the host; TakeSampledTokens waits for the oldest call's and returns
+  // them. At most kSamplesInFlight calls may be pending; `logits` may be reused once queued work
+  // has run past the call.
+  static constexpr int kSamplesInFlight = 2;
+  virtual Status SampleTokensAsync(const Tensor& logits, std::span<const SampleRowParams> params,
+                                   const Tensor& device_ids) {
+    return Unsupported("this backend has no device sampler");
+  }
+  virtual Status TakeSampledTokens(std::span<int32_t> out) {
     return Unsupported("this backend has no device sampler");
   }
 

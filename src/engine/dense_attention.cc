@@ -154,8 +154,8 @@ Status DenseAttention::Rebuild(const StepContext& step, int64_t rows) {
   }
   if (slack_) {
     const int64_t pitch = (max_rows_ + 1) * 4;
-    ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(host_.data(), device_.data(), config_.n_layers,
-                                                  (rows + 1) * 4, pitch, pitch));
+    ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocksQueued(
+        host_.data(), device_.data(), config_.n_layers, (rows + 1) * 4, pitch, pitch));
   }
   dirty_.clear();
   if (used > 0) dirty_.push_back({0, used});
@@ -193,7 +193,7 @@ Status DenseAttention::Upload(const std::vector<Range>& ranges) {
       const int64_t off = (at + run.start) * 4;
       const int64_t pitch = std::max(run.pitch, run.width) * 4;
       ICECACHE_RETURN_IF_ERROR(
-          backend_->CopyBlocks(src + off, dst + off, run.count, run.width * 4, pitch, pitch));
+          backend_->CopyBlocksQueued(src + off, dst + off, run.count, run.width * 4, pitch, pitch));
     }
   }
   return Status::Ok();

@@ -9,7 +9,8 @@
 // O(rows), not O(context). Anything else (a list truncated or re-arranged, a different set or
 // order of sequences, a row out of slack) rebuilds the whole table. On the CPU the host tables
 // are used in place and packed (no slack): steps that only fill the last pages update in place,
-// a new page rebuilds.
+// a new page rebuilds. Uploads are queued copies (Backend::CopyBlocksQueued): Transformer::Forward
+// calls Prepare between its wait for the last step's copies and the fence after this step's.
 #pragma once
 
 #include <cstdint>

@@ -321,15 +321,7 @@ Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
   const double dt = NowSeconds() - t0;
   for (size_t i = 0; i < states.size(); ++i) {
     SequenceState& st = *states[i];
-    st.history.push_back(tokens[i]);
-    ++st.acct.steps;
-    st.acct.total_s += dt;
-    st.acct.context += static_cast<double>(st.seq.length());
-    if (!sparse) {  // dense attention: every token of every (layer, KV head)
-      st.acct.dense_layer_steps += info_.n_layers;
-      st.acct.tokens_dense +=
-          static_cast<double>(st.seq.length()) * info_.n_layers * info_.n_kv_heads;
-    }
+    ChargeStep(st, tokens[i], dt, st.seq.length(), sparse);
     // The step's device work (AfterForward waits for it) counts as the step's, the index's host
     // work after it also as "index update".
     const double u0 = NowSeconds();
@@ -337,6 +329,18 @@ Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
     st.acct.total_s += NowSeconds() - u0;
   }
   return out;
+}
+
+void EngineImpl::ChargeStep(SequenceState& st, int32_t token, double seconds, int64_t length,
+                            bool sparse) {
+  st.history.push_back(token);
+  ++st.acct.steps;
+  st.acct.total_s += seconds;
+  st.acct.context += static_cast<double>(length);
+  if (!sparse) {  // dense attention: every token of every (layer, KV head)
+    st.acct.dense_layer_steps += info_.n_layers;
+    st.acct.tokens_dense += static_cast<double>(length) * info_.n_layers * info_.n_kv_heads;
+  }
 }
 
 Result<GenerateResult> EngineImpl::RunOn(SequenceState& state, const GenerateRequest& request,
@@ -393,6 +397,10 @@ Result<std::vector<GenerateResult>> EngineImpl::RunBatch(std::span<SequenceState
   std::vector<int32_t> sampled;
   const bool device_sampler = backend_->device() != Device::kCpu;
   for (SequenceState* s : states) s->ResetAccounting();
+  if (gens.size() == 1 && CanDecodeAhead(gens[0])) {
+    ICECACHE_RETURN_IF_ERROR(DecodeAhead(gens[0]));
+    active.clear();
+  }
   while (!active.empty()) {
     tokens.clear();
     stepping.clear();

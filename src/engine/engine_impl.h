@@ -17,6 +17,8 @@
 
 namespace icecache {
 
+class Generation;
+
 class EngineImpl : public Engine {
  public:
   static Result<std::unique_ptr<EngineImpl>> Create(const EngineOptions& options);
@@ -75,6 +77,14 @@ class EngineImpl : public Engine {
   Result<Tensor> DecodeBatch(std::span<SequenceState* const> states,
                              std::span<const int32_t> tokens,
                              std::vector<int32_t>* sampled = nullptr);
+  // Whether DecodeAhead serves `g` (the only request of a batch): greedy on a GPU's sampler, dense
+  // attention over KV on the device, and ICECACHE_DECODE_AHEAD not 0.
+  bool CanDecodeAhead(Generation& g) const;
+  // Greedy decode of one dense sequence with each step queued before the token of the step
+  // before it is read on the host (decode_ahead.cc). Steps `g` until it finishes.
+  Status DecodeAhead(Generation& g);
+  // A decode step's accounting for `state`: fed `token`, took `seconds`, ran over `length` tokens.
+  void ChargeStep(SequenceState& state, int32_t token, double seconds, int64_t length, bool sparse);
   // Tells the sequence's index about tokens [first, length) just appended.
   Status AfterForward(SequenceState& state, int64_t first, std::span<const int32_t> tokens);
   IndexContext IndexFor(const KvConfig& kv) const;

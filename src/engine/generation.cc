@@ -33,6 +33,11 @@ std::optional<int32_t> Generation::Step(std::vector<float>& logits) {
   return Accept(sampler_.Sample(logits, state_->history));
 }
 
+bool Generation::MayContinue(int64_t length) const {
+  return static_cast<int64_t>(result_.tokens.size()) + 1 < request_->max_tokens &&
+         length + 1 < context_size_;
+}
+
 bool Generation::GreedyOnly() const {
   const SamplingParams& p = request_->sampling;
   return p.temperature <= 0.0f && p.repetition_penalty == 1.0f;

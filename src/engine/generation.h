@@ -26,6 +26,10 @@ class Generation {
   std::optional<int32_t> Step(std::vector<float>& logits);
   // The same for a token sampled elsewhere (the device sampler, for greedy requests).
   std::optional<int32_t> Accept(int32_t next);
+  // Whether the token Accept takes next could be fed to another step, as far as the token budget
+  // and the context limit tell (a stop token or string may still end the request), with the
+  // sequence holding `length` tokens when Accept runs.
+  bool MayContinue(int64_t length) const;
   // Whether the device sampler picks the same tokens as Step would: greedy, no penalty.
   bool GreedyOnly() const;
   // Flushes held-back text and fills the statistics that do not depend on timing.

@@ -10,6 +10,9 @@ namespace icecache {
 
 namespace {
 
+// The fence after a step's queued input copies (Backend::RecordFence).
+constexpr int kInputsFence = 0;
+
 // Prepares one weight (empty stays empty).
 Status Prepare(Backend& b, const Tensor& host, Tensor* out) {
   if (host.empty()) {
@@ -157,6 +160,7 @@ Status Transformer::CheckInput(const ForwardInput& in) const {
     }
   }
   for (int32_t id : in.tokens) {
+    if (in.ids_on_device) break;  // written by the device sampler: in range by construction
     if (id < 0 || id >= config_.vocab) {
       return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary (" +
                              std::to_string(config_.vocab) + ")");
@@ -187,9 +191,10 @@ Result<Tensor> Transformer::Forward(const ForwardInput& in) {
     return st;
   };
   const int64_t n = static_cast<int64_t>(in.tokens.size());
+  // The step's host buffers (inputs, dense page table) reach the device by queued copies: wait
+  // for the last step's copies before refilling them, and mark this step's once queued.
+  backend_->WaitFence(kInputsFence);
   auto n_rows = StageInputs(in, start);
-  if (!n_rows.ok()) return undo(n_rows.status());
-
   LayerAttention& attention = in.attention != nullptr ? *in.attention : *dense_;
   StepContext step{in.seqs, in.counts, start, n, Tensor(), Tensor()};
   // Views into the fixed [4][max_tokens] layout (see StageInputs).
@@ -197,7 +202,9 @@ Result<Tensor> Transformer::Forward(const ForwardInput& in) {
       Tensor(inputs_.data_as<int32_t>() + max_tokens_, DType::kI32, {n}, backend_->device());
   step.row_base =
       Tensor(inputs_.data_as<int32_t>() + 2 * max_tokens_, DType::kI32, {n}, backend_->device());
-  if (Status st = attention.Prepare(step); !st.ok()) return undo(st);
+  const Status prepared = n_rows.ok() ? attention.Prepare(step) : n_rows.status();
+  backend_->RecordFence(kInputsFence);
+  if (!prepared.ok()) return undo(prepared);
   // Dense decode steps (one token per sequence) run as a CUDA graph where the backend has
   // graphs: every buffer they touch sits at a fixed address for a given batch shape.
   auto layers = [&] { return RunLayers(in, n, *n_rows, attention); };
@@ -217,6 +224,10 @@ Result<Tensor> Transformer::Forward(const ForwardInput& in) {
     return host;
   }
   return logits;
+}
+
+Tensor Transformer::StepIds(int64_t n) const {
+  return Tensor(inputs_.data_as<int32_t>(), DType::kI32, {n}, backend_->device());
 }
 
 Result<int64_t> Transformer::StageInputs(const ForwardInput& in, std::span<const int64_t> start) {
@@ -256,10 +267,13 @@ Result<int64_t> Transformer::StageInputs(const ForwardInput& in, std::span<const
   if (backend_->device() != Device::kCpu) {
     const char* src = static_cast<const char*>(inputs_host_.data());
     char* dst = static_cast<char*>(inputs_.data());
-    ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(src, dst, 4, n * 4, m * 4, m * 4));
-    ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(src + 4 * m * 4, dst + 4 * m * 4, c.n_layers,
-                                                  n * c.n_kv_heads * 4, layer_stride * 4,
-                                                  layer_stride * 4));
+    // Ids the device sampler wrote stay; the other blocks (and the slots) are copied.
+    const int first = in.ids_on_device ? 1 : 0;
+    ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocksQueued(src + first * m * 4, dst + first * m * 4,
+                                                        4 - first, n * 4, m * 4, m * 4));
+    ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocksQueued(src + 4 * m * 4, dst + 4 * m * 4,
+                                                        c.n_layers, n * c.n_kv_heads * 4,
+                                                        layer_stride * 4, layer_stride * 4));
   }
   return n_rows;
 }

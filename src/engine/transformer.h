@@ -43,6 +43,9 @@ struct ForwardInput {
   // Return the logits in backend memory (for a device sampler) instead of copying them to the
   // host; the same as usual on the CPU.
   bool logits_in_backend = false;
+  // The batch's token ids are already in backend memory at StepIds(), put there by the device
+  // sampler of the step before; `tokens` then only gives the count (one per sequence).
+  bool ids_on_device = false;
 };
 
 class Transformer {
@@ -60,6 +63,10 @@ class Transformer {
   // requested logits; it stays valid until the next call. Fails (changing nothing) if a token id is
   // out of range, the batch is larger than the limits, or the KV pool is full.
   Result<Tensor> Forward(const ForwardInput& input);
+
+  // Where a step reads its first `n` token ids in backend memory (i32 [n]): a device sampler
+  // writes the next step's ids here for ForwardInput::ids_on_device.
+  Tensor StepIds(int64_t n) const;
 
   int max_tokens() const { return max_tokens_; }
   const ModelConfig& config() const { return config_; }

@@ -220,5 +220,68 @@ TEST_F(CudaModelParity, SmolLM2MatchesCpuBackend) {
   CheckDecodeMatchesPrefill(*gpu, prompts[0].ids, 32);
 }
 
+// Greedy decode on the GPU queues each step before the host reads the token of the step before
+// (decode_ahead.cc). A request that ends on a token the host only then sees (here a cancelled
+// stream) leaves a queued step to drop: the session must hold exactly the fed tokens, agree
+// with the CPU, and continue as a fresh sequence would.
+TEST_F(CudaModelParity, SmolLM2CancelledGreedyDecodeLeavesTheSessionExact) {
+  const std::string model = testing::DefaultModelPath();
+  if (model.empty()) GTEST_SKIP() << "default model not present (.cache/models); skipping";
+  const EngineOptions o{.model = model, .context_size = 4096, .prefill_chunk = 512};
+  auto cpu = MakeEngine(o, "cpu");
+  auto gpu = MakeEngine(o, "cuda");
+  ASSERT_TRUE(cpu && gpu);
+  auto prompt = gpu->Tokenize("The three largest cities of France are", true, false);
+  ASSERT_TRUE(prompt.ok());
+  GenerateRequest req;
+  req.prompt_tokens = *prompt;
+  req.max_tokens = 24;
+  req.ignore_eos = true;
+  std::vector<int32_t> tokens[2], history[2];
+  Engine* engines[2] = {cpu.get(), gpu.get()};
+  std::unique_ptr<Session> gpu_session;
+  for (int e = 0; e < 2; ++e) {
+    auto session = engines[e]->NewSession();
+    ASSERT_TRUE(session.ok());
+    int texts = 0;
+    GenerateCallbacks cb;
+    cb.on_text = [&](std::string_view) { return ++texts < 5; };
+    auto out = (*session)->Generate(req, cb);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    EXPECT_EQ(out->stats.finish_reason, "cancelled");
+    tokens[e] = out->tokens;
+    history[e] = (*session)->history();
+    if (e == 1) gpu_session = std::move(*session);
+  }
+  ASSERT_GE(tokens[1].size(), 2u);
+  ASSERT_LT(tokens[1].size(), static_cast<size_t>(req.max_tokens));
+  EXPECT_EQ(tokens[1], tokens[0]);
+  // The last token was accepted but never fed: the KV holds the prompt and the others.
+  EXPECT_EQ(history[1].size(), prompt->size() + tokens[1].size() - 1);
+  EXPECT_EQ(history[1], history[0]);
+  // A follow-up continues exactly as on a session that produced the same tokens and stopped at
+  // its token budget (known in advance, so no step was queued past the end there).
+  auto budgeted = gpu->NewSession();
+  ASSERT_TRUE(budgeted.ok());
+  GenerateRequest same = req;
+  same.max_tokens = static_cast<int>(tokens[1].size());
+  auto again = (*budgeted)->Generate(same);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->tokens, tokens[1]);
+  EXPECT_EQ((*budgeted)->history(), history[1]);
+  GenerateRequest more;
+  more.prompt_tokens = *prompt;
+  more.prompt_tokens.insert(more.prompt_tokens.end(), tokens[1].begin(), tokens[1].end());
+  more.max_tokens = 8;
+  more.ignore_eos = true;
+  auto cont = gpu_session->Generate(more);
+  auto cont_budgeted = (*budgeted)->Generate(more);
+  ASSERT_TRUE(cont.ok() && cont_budgeted.ok());
+  EXPECT_EQ(cont->tokens, cont_budgeted->tokens);
+  EXPECT_EQ(gpu_session->history().size(), more.prompt_tokens.size() + cont->tokens.size() - 1);
+  std::printf("[ ahead ] cancelled after %zu tokens; %zu continuation tokens as after a budget\n",
+              tokens[1].size(), cont->tokens.size());
+}
+
 }  // namespace
 }  // namespace icecache

@@ -2,6 +2,7 @@
 // ops are in cuda_ops.cc, weight preparation in cuda_weights.cc).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -121,6 +122,12 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
     return Internal("cannot create a CUDA event: " + Err(e));
   }
   copy_done_.reset(ev);
+  for (EventPtr& f : fences_) {
+    if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess) {
+      return Internal("cannot create a CUDA event: " + Err(e));
+    }
+    f.reset(ev);
+  }
   // ICECACHE_CUDA_TIMING=1: time graph replays with events (printed when the backend goes).
   if (const char* t = std::getenv("ICECACHE_CUDA_TIMING"); t != nullptr && t[0] == '1') {
     if (cudaEventCreate(&ev) == cudaSuccess) timing_start_.reset(ev);
@@ -288,6 +295,101 @@ Status CudaBackend::CopyBlocks(const void* src, void* dst, int64_t count, int64_
     const cudaError_t w = cudaEventSynchronize(copy_done_.get());
     if (w != cudaSuccess) return Internal("host-to-device copy failed: " + Err(w));
   }
+  return Status::Ok();
+}
+
+Status CudaBackend::CopyBlocksQueued(const void* src, void* dst, int64_t count, int64_t block_bytes,
+                                     int64_t src_pitch, int64_t dst_pitch) {
+  if (count <= 0 || block_bytes <= 0) return Status::Ok();
+  // On the compute stream, in order with the kernels before and after it; no host wait.
+  const bool flat = count == 1 || (src_pitch == block_bytes && dst_pitch == block_bytes);
+  const cudaError_t e = flat ? cudaMemcpyAsync(dst, src, static_cast<size_t>(count * block_bytes),
+                                               cudaMemcpyHostToDevice, compute_.get())
+                             : cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, block_bytes, count,
+                                                 cudaMemcpyHostToDevice, compute_.get());
+  if (e != cudaSuccess) return Internal("host-to-device copy failed: " + Err(e));
+  return Status::Ok();
+}
+
+void CudaBackend::RecordFence(int fence) {
+  CheckCuda(cudaEventRecord(fences_[fence].get(), compute_.get()), "cudaEventRecord (fence)");
+}
+
+void CudaBackend::WaitFence(int fence) {
+  CheckCuda(cudaEventSynchronize(fences_[fence].get()), "cudaEventSynchronize (fence)");
+}
+
+Status CudaBackend::SampleTokensAsync(const Tensor& logits, std::span<const SampleRowParams> params,
+                                      const Tensor& device_ids) {
+  if (logits.device() != Device::kCuda || logits.dtype() != DType::kF32 || logits.ndim() != 2) {
+    return InvalidArgument("SampleTokens: logits must be a f32 [rows, vocab] GPU tensor");
+  }
+  const int64_t rows = logits.dim(0);
+  if (static_cast<int64_t>(params.size()) != rows) {
+    return InvalidArgument("SampleTokens: one parameter set per row needed");
+  }
+  if (device_ids.device() != Device::kCuda || device_ids.dtype() != DType::kI32 ||
+      device_ids.numel() < rows) {
+    return InvalidArgument("SampleTokens: the ids need an i32 GPU tensor of one entry per row");
+  }
+  if (sample_pending_ == kSamplesInFlight) {
+    return Internal("SampleTokens: " + std::to_string(kSamplesInFlight) +
+                    " samples are already pending");
+  }
+  static_assert(sizeof(kernels::SampleRow) == 32, "SampleRow is 8 i32 words");
+  // The slot was taken before (calls are taken in order), so its buffers are free.
+  SampleSlot& slot = sample_slots_[sample_next_];
+  if (slot.ids_host.empty() || slot.ids_host.numel() < rows) {
+    const int64_t cap = std::max<int64_t>(rows, 64);
+    ICECACHE_ASSIGN_OR_RETURN(slot.params_host, AllocateStaging(DType::kI32, {cap * 8}));
+    ICECACHE_ASSIGN_OR_RETURN(slot.params_dev, Allocate(DType::kI32, {cap * 8}));
+    ICECACHE_ASSIGN_OR_RETURN(slot.ids_host, AllocateStaging(DType::kI32, {cap}));
+  }
+  if (!slot.done) {
+    cudaEvent_t ev = nullptr;
+    const cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) return Internal("cannot create a CUDA event: " + Err(e));
+    slot.done.reset(ev);
+  }
+  slot.rows = rows;
+  if (rows > 0) {
+    auto* rp = reinterpret_cast<kernels::SampleRow*>(slot.params_host.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const SampleRowParams& p = params[r];
+      rp[r] = kernels::SampleRow{p.temperature, p.top_k, p.top_p, p.min_p, p.seed, p.step};
+    }
+    // Everything on the compute stream, in order with the step that made the logits and the
+    // steps after it; the host waits only in TakeSampledTokens.
+    cudaStream_t s = compute_.get();
+    CheckCuda(cudaMemcpyAsync(slot.params_dev.data(), rp, static_cast<size_t>(rows) * 32,
+                              cudaMemcpyHostToDevice, s),
+              "sample parameters");
+    CheckCuda(
+        kernels::LaunchSample(s, logits.data_as<const float>(), rows, logits.dim(1),
+                              reinterpret_cast<const kernels::SampleRow*>(slot.params_dev.data()),
+                              device_ids.data_as<int32_t>()),
+        "sample");
+    CheckCuda(cudaMemcpyAsync(slot.ids_host.data(), device_ids.data(),
+                              static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost, s),
+              "sampled ids");
+  }
+  CheckCuda(cudaEventRecord(slot.done.get(), compute_.get()), "cudaEventRecord (sample)");
+  sample_next_ = (sample_next_ + 1) % kSamplesInFlight;
+  ++sample_pending_;
+  return Status::Ok();
+}
+
+Status CudaBackend::TakeSampledTokens(std::span<int32_t> out) {
+  if (sample_pending_ == 0) return Internal("TakeSampledTokens: no sample is pending");
+  const int oldest = (sample_next_ - sample_pending_ + kSamplesInFlight) % kSamplesInFlight;
+  SampleSlot& slot = sample_slots_[oldest];
+  --sample_pending_;
+  const cudaError_t e = cudaEventSynchronize(slot.done.get());
+  if (e != cudaSuccess) return Internal("sampling on the device failed: " + Err(e));
+  if (static_cast<int64_t>(out.size()) != slot.rows) {
+    return InvalidArgument("TakeSampledTokens: one output per sampled row needed");
+  }
+  std::memcpy(out.data(), slot.ids_host.data(), static_cast<size_t>(slot.rows) * 4);
   return Status::Ok();
 }
 

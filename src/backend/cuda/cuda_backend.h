@@ -71,6 +71,13 @@ class CudaBackend final : public Backend {
   Status RunGraph(uint64_t key, const std::function<Status()>& body) override;
   Status SampleTokens(const Tensor& logits, std::span<const SampleRowParams> params,
                       std::span<int32_t> out) override;
+  Status SampleTokensAsync(const Tensor& logits, std::span<const SampleRowParams> params,
+                           const Tensor& device_ids) override;
+  Status TakeSampledTokens(std::span<int32_t> out) override;
+  Status CopyBlocksQueued(const void* src, void* dst, int64_t count, int64_t block_bytes,
+                          int64_t src_pitch, int64_t dst_pitch) override;
+  void RecordFence(int fence) override;
+  void WaitFence(int fence) override;
 
   kernels::Stream stream() const { return compute_.get(); }
   int num_sms() const { return num_sms_; }
@@ -145,8 +152,18 @@ class CudaBackend final : public Backend {
   Graph* timing_pending_ = nullptr;  // the graph whose last replay the events bracket
 
   Tensor upload_staging_;  // pinned host buffer of PrepareWeight (made on first use)
-  // SampleTokens: per-row parameters (pinned host and device) and the sampled ids.
-  Tensor sample_params_host_, sample_params_dev_, sample_ids_dev_, sample_ids_host_;
+  // SampleTokensAsync: a ring of kSamplesInFlight slots, each with its per-row parameters
+  // (pinned host and device), the ids' host copy and an event after that copy.
+  struct SampleSlot {
+    Tensor params_host, params_dev, ids_host;
+    EventPtr done;
+    int64_t rows = 0;
+  };
+  SampleSlot sample_slots_[kSamplesInFlight];
+  int sample_next_ = 0;       // the slot of the next call
+  int sample_pending_ = 0;    // calls not yet taken
+  Tensor sample_ids_dev_;     // SampleTokens' device ids
+  EventPtr fences_[kFences];  // RecordFence / WaitFence, on the compute stream
 };
 
 }  // namespace icecache::cuda

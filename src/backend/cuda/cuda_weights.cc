@@ -115,39 +115,16 @@ Status CudaBackend::UploadInto(const Tensor& host, const Tensor& dev) {
 
 Status CudaBackend::SampleTokens(const Tensor& logits, std::span<const SampleRowParams> params,
                                  std::span<int32_t> out) {
-  if (logits.device() != Device::kCuda || logits.dtype() != DType::kF32 || logits.ndim() != 2) {
-    return InvalidArgument("SampleTokens: logits must be a f32 [rows, vocab] GPU tensor");
+  if (sample_pending_ != 0) {
+    return Internal("SampleTokens: asynchronous samples are still pending");
   }
-  const int64_t rows = logits.dim(0);
-  if (static_cast<int64_t>(params.size()) != rows || static_cast<int64_t>(out.size()) != rows) {
-    return InvalidArgument("SampleTokens: one parameter set and one output per row needed");
-  }
-  if (rows == 0) return Status::Ok();
-  static_assert(sizeof(kernels::SampleRow) == 32, "SampleRow is 8 i32 words");
+  const int64_t rows = logits.ndim() == 2 ? logits.dim(0) : 0;
   if (sample_ids_dev_.empty() || sample_ids_dev_.numel() < rows) {
-    const int64_t cap = std::max<int64_t>(rows, 64);
-    ICECACHE_ASSIGN_OR_RETURN(sample_params_host_, AllocateStaging(DType::kI32, {cap * 8}));
-    ICECACHE_ASSIGN_OR_RETURN(sample_params_dev_, Allocate(DType::kI32, {cap * 8}));
-    ICECACHE_ASSIGN_OR_RETURN(sample_ids_host_, AllocateStaging(DType::kI32, {cap}));
-    ICECACHE_ASSIGN_OR_RETURN(sample_ids_dev_, Allocate(DType::kI32, {cap}));
+    ICECACHE_ASSIGN_OR_RETURN(sample_ids_dev_,
+                              Allocate(DType::kI32, {std::max<int64_t>(rows, 64)}));
   }
-  auto* rp = reinterpret_cast<kernels::SampleRow*>(sample_params_host_.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    const SampleRowParams& p = params[r];
-    rp[r] = kernels::SampleRow{p.temperature, p.top_k, p.top_p, p.min_p, p.seed, p.step};
-  }
-  ICECACHE_RETURN_IF_ERROR(
-      CopyBlocks(rp, sample_params_dev_.data(), 1, rows * 32, rows * 32, rows * 32));
-  CheckCuda(
-      kernels::LaunchSample(stream(), logits.data_as<const float>(), rows, logits.dim(1),
-                            reinterpret_cast<const kernels::SampleRow*>(sample_params_dev_.data()),
-                            sample_ids_dev_.data_as<int32_t>()),
-      "sample");
-  ICECACHE_RETURN_IF_ERROR(
-      CopyBlocks(sample_ids_dev_.data(), sample_ids_host_.data(), 1, rows * 4, rows * 4, rows * 4));
-  Synchronize();
-  std::memcpy(out.data(), sample_ids_host_.data(), static_cast<size_t>(rows) * 4);
-  return Status::Ok();
+  ICECACHE_RETURN_IF_ERROR(SampleTokensAsync(logits, params, sample_ids_dev_));
+  return TakeSampledTokens(out);
 }
 
 }  // namespace icecache::cuda
