@@ -1,6 +1,7 @@
 #include "index/icecache/balanced_split.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "core/check.h"
@@ -69,14 +70,29 @@ void Differences(const LiftedPoints& p, std::span<const int32_t> idx, const Cent
 }
 
 // Sides for `rank` (from Differences): the points closer to c0 go first, their count clamped to
-// [lo, hi]; the `n0` smallest differences (ties by position) form side 0.
-void Cut(std::vector<std::pair<float, int>>* rank, int lo, int hi, std::vector<uint8_t>* side) {
+// [lo, hi]; the `n0` smallest differences (ties by position) form side 0. The selection runs on
+// 64-bit keys that order like the (difference, position) pairs (-0 taken as +0), which is
+// several times faster than on the pairs.
+void Cut(std::vector<std::pair<float, int>>* rank, int lo, int hi, std::vector<uint8_t>* side,
+         std::vector<uint64_t>* keys) {
   int closer = 0;
   for (const auto& r : *rank) closer += r.first < 0;
   const int n0 = std::clamp(closer, lo, hi);
-  std::nth_element(rank->begin(), rank->begin() + n0, rank->end());
   side->assign(rank->size(), 1);
-  for (int r = 0; r < n0; ++r) (*side)[(*rank)[r].second] = 0;
+  if (n0 == closer) {  // exactly the negative differences
+    for (size_t j = 0; j < rank->size(); ++j) (*side)[j] = (*rank)[j].first < 0 ? 0 : 1;
+    return;
+  }
+  keys->resize(rank->size());
+  for (size_t j = 0; j < rank->size(); ++j) {
+    const float d = (*rank)[j].first == 0.0f ? 0.0f : (*rank)[j].first;
+    uint32_t u;
+    std::memcpy(&u, &d, 4);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // ascending floats as unsigned
+    (*keys)[j] = (static_cast<uint64_t>(u) << 32) | static_cast<uint32_t>((*rank)[j].second);
+  }
+  std::nth_element(keys->begin(), keys->begin() + n0, keys->end());
+  for (int r = 0; r < n0; ++r) (*side)[static_cast<uint32_t>((*keys)[r])] = 0;
 }
 
 }  // namespace
@@ -99,17 +115,32 @@ void BalancedTwoMeans(const LiftedPoints& points, std::span<const int32_t> idx, 
         std::clamp(static_cast<int>(static_cast<int64_t>(hi) * kSample / m), fit_lo, kSample - 1);
   }
   const int n = static_cast<int>(fit.size());
+  // The fit set's rows side by side (the passes below read them up to 2 * kIters + 3 times):
+  // the same values in the same order, so the same arithmetic as on the scattered rows.
+  thread_local std::vector<float> fit_x, fit_e;
+  thread_local std::vector<int32_t> fit_at;
+  fit_x.resize(static_cast<size_t>(n) * dim);
+  fit_e.resize(n);
+  fit_at.resize(n);
+  for (int j = 0; j < n; ++j) {
+    std::memcpy(fit_x.data() + static_cast<size_t>(j) * dim, points.row(fit[j]),
+                sizeof(float) * dim);
+    fit_e[j] = points.ext[fit[j]];
+    fit_at[j] = j;
+  }
+  const LiftedPoints compact{fit_x.data(), fit_e.data(), dim};
+  const std::span<const int32_t> all(fit_at);
   Centre mean{std::vector<float>(dim), 0}, c0{std::vector<float>(dim), 0},
       c1{std::vector<float>(dim), 0};
   std::vector<uint8_t> side(n, 0);
   Centre unused{std::vector<float>(dim), 0};
-  MeansOf(points, fit, side, &mean, &unused);
+  MeansOf(compact, all, side, &mean, &unused);
   // Seeds: the point farthest from the mean, then the point farthest from that one.
   auto farthest = [&](const Centre& from) {
     int best = 0;
     float best_d = -1;
     for (int j = 0; j < n; ++j) {
-      const float d = SqDistTo(points, fit[j], from);
+      const float d = SqDistTo(compact, j, from);
       if (d > best_d) {
         best_d = d;
         best = j;
@@ -118,26 +149,27 @@ void BalancedTwoMeans(const LiftedPoints& points, std::span<const int32_t> idx, 
     return best;
   };
   const int a = farthest(mean);
-  c0.c.assign(points.row(fit[a]), points.row(fit[a]) + dim);
-  c0.e = points.ext[fit[a]];
+  c0.c.assign(compact.row(a), compact.row(a) + dim);
+  c0.e = compact.ext[a];
   const int b = farthest(c0);
-  c1.c.assign(points.row(fit[b]), points.row(fit[b]) + dim);
-  c1.e = points.ext[fit[b]];
+  c1.c.assign(compact.row(b), compact.row(b) + dim);
+  c1.e = compact.ext[b];
 
   std::vector<std::pair<float, int>> rank;
   std::vector<float> w;
   std::vector<uint8_t> next;
+  std::vector<uint64_t> keys;
   for (int iter = 0; iter < kIters; ++iter) {
-    Differences(points, fit, c0, c1, &w, &rank);
-    Cut(&rank, fit_lo, fit_hi, &next);
+    Differences(compact, all, c0, c1, &w, &rank);
+    Cut(&rank, fit_lo, fit_hi, &next, &keys);
     if (iter > 0 && next == side) break;
     side = next;
-    MeansOf(points, fit, side, &c0, &c1);
+    MeansOf(compact, all, side, &c0, &c1);
   }
   if (m > kSample) {
     // Every point against the fitted centres, with the exact range.
     Differences(points, idx, c0, c1, &w, &rank);
-    Cut(&rank, lo, hi, &side);
+    Cut(&rank, lo, hi, &side, &keys);
   }
   first->clear();
   second->clear();
