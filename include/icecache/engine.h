@@ -128,6 +128,9 @@ struct GenerateStats {
   int64_t generated_tokens = 0;
   double prefill_seconds = 0, decode_seconds = 0;
   double prefill_tokens_per_second = 0, decode_tokens_per_second = 0;
+  // Steady-state decode step: the median step time over the second half of the decode steps
+  // (decode_tokens_per_second averages every step, the first ones' warm-up included).
+  double decode_step_ms_steady = 0;
   int64_t kv_bytes = 0;  // KV held by this sequence at the end
   int64_t kv_bytes_per_token = 0;
   int64_t peak_rss_bytes = 0;

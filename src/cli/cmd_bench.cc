@@ -160,11 +160,11 @@ int Run(const BenchArgs& a) {
         "%d decode steps; median of %d runs\n\n",
         a.batch, a.decode, a.decode, a.repeats);
     std::printf(
-        "| context | batch | prompt tokens | prefill tok/s | decode ms/step | decode tok/s | "
-        "KV bytes |\n");
+        "| context | batch | prompt tokens | prefill tok/s | decode ms/step | steady ms/step | "
+        "decode tok/s | KV bytes |\n");
     std::printf(
-        "|--------:|------:|--------------:|--------------:|---------------:|-------------:|"
-        "---------:|\n");
+        "|--------:|------:|--------------:|--------------:|---------------:|---------------:|"
+        "-------------:|---------:|\n");
     std::fflush(stdout);
   }
   // One untimed pass of the same shape (short prompt): loads kernels, makes GEMM plans and
@@ -187,7 +187,7 @@ int Run(const BenchArgs& a) {
     req.max_tokens = a.decode + 1;  // the last sampled token needs no forward pass
     req.ignore_eos = true;
     const std::vector<GenerateRequest> reqs(static_cast<size_t>(a.batch), req);
-    std::vector<double> prefill, decode;
+    std::vector<double> prefill, decode, steady;
     int64_t kv = 0;
     KvStats kv_stats;
     double prefill_seconds = 0;  // the last run's first sequence (its prompt's index belongs to it)
@@ -201,13 +201,14 @@ int Run(const BenchArgs& a) {
       prefill.push_back(a.shared_prompt ? shared_tps : p / static_cast<double>(out->size()));
       // Steps per second of the shared lockstep decode (every sequence advances per step).
       decode.push_back(out->front().stats.decode_tokens_per_second);
+      steady.push_back(out->front().stats.decode_step_ms_steady);
       kv = 0;
       for (const GenerateResult& g : *out) kv += g.stats.kv_bytes;
       kv_stats = out->front().stats.kv;
       prefill_seconds = out->front().stats.prefill_seconds;
     }
     const double p = Median(prefill), d = Median(decode);
-    const double ms = d > 0 ? 1000.0 / d : 0.0;
+    const double ms = d > 0 ? 1000.0 / d : 0.0, steady_ms = Median(steady);
     rows.push_back({{"context", ctx},
                     {"batch", a.batch},
                     {"prompt_tokens", ctx - a.decode},
@@ -215,12 +216,13 @@ int Run(const BenchArgs& a) {
                     {"prefill_tokens_per_second", p},
                     {"decode_tokens_per_second", d},
                     {"decode_ms_per_step", ms},
+                    {"decode_ms_per_step_steady", steady_ms},
                     {"decode_tokens_per_second_all", d * a.batch},
                     {"kv_bytes", kv}});
     if (a.kv_stats) rows.back()["kv"] = KvStatsToJson(kv_stats);
     if (!a.json) {
-      std::printf("| %7d | %5d | %13d | %13.1f | %14.3f | %12.1f | %8s |\n", ctx, a.batch,
-                  ctx - a.decode, p, ms, d * a.batch, HumanBytes(kv).c_str());
+      std::printf("| %7d | %5d | %13d | %13.1f | %14.3f | %14.3f | %12.1f | %8s |\n", ctx, a.batch,
+                  ctx - a.decode, p, ms, steady_ms, d * a.batch, HumanBytes(kv).c_str());
       std::fflush(stdout);
     }
     if (a.kv_stats) {

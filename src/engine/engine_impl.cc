@@ -331,11 +331,22 @@ Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
   return out;
 }
 
+double SteadyStepSeconds(std::vector<double> steps) {
+  if (steps.empty()) return 0;
+  // The median of the second half: warm-up steps (a first page-table build, a graph capture)
+  // left out, as tools/gpu/torch_reference_bench.py does for PyTorch.
+  std::vector<double> late(steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2),
+                           steps.end());
+  std::sort(late.begin(), late.end());
+  return late[late.size() / 2];
+}
+
 void EngineImpl::ChargeStep(SequenceState& st, int32_t token, double seconds, int64_t length,
                             bool sparse) {
   st.history.push_back(token);
   ++st.acct.steps;
   st.acct.total_s += seconds;
+  st.acct.step_s.push_back(seconds);
   st.acct.context += static_cast<double>(length);
   if (!sparse) {  // dense attention: every token of every (layer, KV head)
     st.acct.dense_layer_steps += info_.n_layers;
@@ -441,6 +452,7 @@ Result<std::vector<GenerateResult>> EngineImpl::RunBatch(std::span<SequenceState
     if (decode_seconds > 0 && g.forwards > 0) {
       st.decode_tokens_per_second = static_cast<double>(g.forwards) / decode_seconds;
     }
+    st.decode_step_ms_steady = 1e3 * SteadyStepSeconds(g.state()->acct.step_s);
     st.peak_rss_bytes = peak;
     st.device_peak_bytes = backend_->device_memory().peak;
     st.kv = g.state()->Stats(info_.n_layers, info_.n_kv_heads);

@@ -19,6 +19,9 @@ namespace icecache {
 
 class Generation;
 
+// The median of the second half of `steps` (seconds per decode step): the steady-state step.
+double SteadyStepSeconds(std::vector<double> steps);
+
 class EngineImpl : public Engine {
  public:
   static Result<std::unique_ptr<EngineImpl>> Create(const EngineOptions& options);

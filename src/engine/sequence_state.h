@@ -29,6 +29,7 @@ struct KvAccounting {
   WorkingSetCounters ws_start;  // working-set counters when accounting began
   RecallTally recall;           // KvConfig::recall: attention-mass recall samples
   double recall_s = 0;          // time spent measuring recall (not charged to the step)
+  std::vector<double> step_s;   // each decode step's time, in order
 };
 
 struct SequenceState {
