@@ -152,8 +152,8 @@ class Backend {
   }
   // Fences in the backend's queue, 0 .. kFences - 1: RecordFence(f) marks the work queued so
   // far, WaitFence(f) returns once that work has run (at once if f was never recorded). No-ops
-  // where work runs as it is queued.
-  static constexpr int kFences = 2;
+  // where work runs as it is queued. One so far: the transformer's step inputs.
+  static constexpr int kFences = 1;
   virtual void RecordFence(int fence) {}
   virtual void WaitFence(int fence) {}
   // Host memory the backend copies from fastest (pinned on CUDA); zero-filled.

@@ -18,7 +18,7 @@
 
 namespace icecache {
 
-bool EngineImpl::CanDecodeAhead(Generation& g) const {
+bool EngineImpl::CanDecodeAhead(const Generation& g) const {
   static const bool enabled = [] {
     const char* e = std::getenv("ICECACHE_DECODE_AHEAD");
     return e == nullptr || e[0] != '0';

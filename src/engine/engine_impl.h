@@ -82,7 +82,7 @@ class EngineImpl : public Engine {
                              std::vector<int32_t>* sampled = nullptr);
   // Whether DecodeAhead serves `g` (the only request of a batch): greedy on a GPU's sampler, dense
   // attention over KV on the device, and ICECACHE_DECODE_AHEAD not 0.
-  bool CanDecodeAhead(Generation& g) const;
+  bool CanDecodeAhead(const Generation& g) const;
   // Greedy decode of one dense sequence with each step queued before the token of the step
   // before it is read on the host (decode_ahead.cc). Steps `g` until it finishes.
   Status DecodeAhead(Generation& g);

@@ -36,6 +36,7 @@ class Generation {
   void Finish();
 
   SequenceState* state() { return state_; }
+  const SequenceState* state() const { return state_; }
   GenerateResult& result() { return result_; }
   std::vector<float>& logits() { return logits_; }
   int64_t forwards = 0;  // decode forward passes run for this request

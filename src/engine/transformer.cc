@@ -159,8 +159,8 @@ Status Transformer::CheckInput(const ForwardInput& in) const {
       return InvalidArgument("logit rows must be ascending indices into the batch");
     }
   }
-  for (int32_t id : in.tokens) {
-    if (in.ids_on_device) break;  // written by the device sampler: in range by construction
+  // Ids on the device were written by its sampler: in range by construction.
+  for (int32_t id : in.ids_on_device ? std::span<const int32_t>() : in.tokens) {
     if (id < 0 || id >= config_.vocab) {
       return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary (" +
                              std::to_string(config_.vocab) + ")");

@@ -252,6 +252,22 @@ Status CudaBackend::Copy(const Tensor& src, const Tensor& dst) {
   return CopyBlocks(src.data(), dst.data(), 1, src.nbytes(), src.nbytes(), dst.nbytes());
 }
 
+namespace {
+
+// Queues a copy of `count` blocks on `s`: one block, or blocks back to back, as a plain copy (no
+// pitch limits), else one strided copy.
+cudaError_t EnqueueBlocks(const void* src, void* dst, int64_t count, int64_t block_bytes,
+                          int64_t src_pitch, int64_t dst_pitch, cudaStream_t s) {
+  if (count == 1 || (src_pitch == block_bytes && dst_pitch == block_bytes)) {
+    return cudaMemcpyAsync(dst, src, static_cast<size_t>(count * block_bytes), cudaMemcpyDefault,
+                           s);
+  }
+  return cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, block_bytes, count, cudaMemcpyDefault,
+                           s);
+}
+
+}  // namespace
+
 Status CudaBackend::CopyBlocks(const void* src, void* dst, int64_t count, int64_t block_bytes,
                                int64_t src_pitch, int64_t dst_pitch) {
   if (count <= 0 || block_bytes <= 0 || src == dst) return Status::Ok();
@@ -263,15 +279,8 @@ Status CudaBackend::CopyBlocks(const void* src, void* dst, int64_t count, int64_
   }
   const bool src_dev = sa.type == cudaMemoryTypeDevice;
   const bool dst_dev = da.type == cudaMemoryTypeDevice;
-  // One block, or blocks back to back: a plain copy (no pitch limits).
-  const bool flat = count == 1 || (src_pitch == block_bytes && dst_pitch == block_bytes);
   auto enqueue = [&](cudaStream_t s) {
-    if (flat) {
-      return cudaMemcpyAsync(dst, src, static_cast<size_t>(count * block_bytes), cudaMemcpyDefault,
-                             s);
-    }
-    return cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, block_bytes, count, cudaMemcpyDefault,
-                             s);
+    return EnqueueBlocks(src, dst, count, block_bytes, src_pitch, dst_pitch, s);
   };
   if (src_dev && dst_dev) {
     const cudaError_t e = enqueue(compute_.get());
@@ -302,11 +311,8 @@ Status CudaBackend::CopyBlocksQueued(const void* src, void* dst, int64_t count, 
                                      int64_t src_pitch, int64_t dst_pitch) {
   if (count <= 0 || block_bytes <= 0) return Status::Ok();
   // On the compute stream, in order with the kernels before and after it; no host wait.
-  const bool flat = count == 1 || (src_pitch == block_bytes && dst_pitch == block_bytes);
-  const cudaError_t e = flat ? cudaMemcpyAsync(dst, src, static_cast<size_t>(count * block_bytes),
-                                               cudaMemcpyHostToDevice, compute_.get())
-                             : cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, block_bytes, count,
-                                                 cudaMemcpyHostToDevice, compute_.get());
+  const cudaError_t e =
+      EnqueueBlocks(src, dst, count, block_bytes, src_pitch, dst_pitch, compute_.get());
   if (e != cudaSuccess) return Internal("host-to-device copy failed: " + Err(e));
   return Status::Ok();
 }

@@ -25,7 +25,6 @@ constexpr int kPrefillThreads = 128;
 template <int D, int MT, int BN>
 struct PrefillLayout {
   static constexpr int kBM = 64 * MT;  // query tokens per block
-  static constexpr int kBN = BN;       // key slots per tile
   static constexpr int kRowBytes = D * 2;
   static constexpr int kTileBytes = BN * kRowBytes;
   static constexpr int kQ = 0;
