@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/process.h"
@@ -220,6 +221,12 @@ IndexContext EngineImpl::IndexFor(const KvConfig& kv) const {
   c.limits = LimitsFor(kv);
   c.tokenizer = model_->tokenizer.get();
   c.workers = index_workers_.get();
+  // ICECACHE_PREFILL_AHEAD=0 builds a prompt's index only at its end (for comparisons).
+  static const bool ahead = [] {
+    const char* e = std::getenv("ICECACHE_PREFILL_AHEAD");
+    return e == nullptr || e[0] != '0';
+  }();
+  c.overlap_prefill = ahead && backend_->device() != Device::kCpu;
   return c;
 }
 
@@ -255,6 +262,7 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
     if (!logits.ok()) {
       state.seq.Truncate(start);
       state.history.resize(static_cast<size_t>(start));
+      if (state.index) state.index->OnTruncate(state.seq);
       return logits.status();
     }
     state.history.insert(state.history.end(), tokens.begin() + done, tokens.begin() + done + n);
@@ -263,6 +271,12 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
     if (state.device_select && DeviceSelection::KeepsPositions(state.kv))
       ICECACHE_RETURN_IF_ERROR(state.device_select->Prepare(state.seq, 0));
     done += n;
+    if (state.index && done < total) {
+      // The index may start on the prompt's finished pages while the next chunks run.
+      ICECACHE_RETURN_IF_ERROR(state.index->OnPrefillChunk(state.seq, start + total, [&] {
+        if (backend_->device() != Device::kCpu) backend_->Synchronize();
+      }));
+    }
     if (done == total) {
       const float* row = logits->data_as<float>();
       last.assign(row, row + logits->cols());

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -40,6 +41,10 @@ struct IndexContext {
   // Host threads an index may use to maintain the lists of its sequence in parallel (may be
   // null: one thread). Shared by the engine's indexes, which never run at the same time.
   ThreadPool* workers = nullptr;
+  // Whether the index may work on a prompt's keys on `workers` while its later chunks prefill
+  // (OnPrefillChunk): set when the model runs elsewhere (a GPU), so that the two do not compete
+  // for the same cores.
+  bool overlap_prefill = false;
 };
 
 // Work an index did for one Select call (summed over the KV heads of the call).
@@ -56,6 +61,17 @@ class SequenceIndex {
   // `tokens` are their ids. Called after every decode step and once after a whole prompt (its
   // prefill chunks attend densely, so the index sees the prompt at once).
   virtual Status OnAppend(KvSequence& seq, int64_t first, std::span<const int32_t> tokens) = 0;
+
+  // Called during a prompt's prefill after each chunk but the last, with the length the prompt
+  // will have: the index may start work on pages that will not change before the prompt's
+  // OnAppend, in the background, while the next chunks run. It calls `kv_ready` (which waits
+  // for the chunks' K/V writes) before it reads any page, and it never changes `seq`; OnAppend,
+  // OnTruncate and the destructor finish or drop that work. The result must not depend on
+  // whether this ran. Default: nothing.
+  virtual Status OnPrefillChunk(const KvSequence& seq, int64_t prompt_end,
+                                const std::function<void()>& kv_ready) {
+    return Status::Ok();
+  }
 
   // Pages to attend at this decode step of `layer`. `q` holds the layer's n_heads query
   // vectors (after RoPE, f32, host memory). For each KV head h, out[h] receives an ordered list

@@ -3,11 +3,9 @@
 #include <vector>
 
 #include "core/check.h"
-#include "index/icecache/balanced_split.h"
 #include "index/icecache/list_layout.h"
 #include "index/icecache/mips.h"
 #include "index/lychee/chunk_layout.h"
-#include "index/row_copier.h"
 
 namespace icecache::ice {
 
@@ -28,55 +26,80 @@ float SqNorms(const std::vector<float>& keys, int dim, std::vector<float>* sq) {
 
 }  // namespace
 
+int64_t RebuildPages(const std::vector<PageRef>& pages, int32_t sink_pages, int32_t end,
+                     int page_size, std::span<const SegmentLayout> ready) {
+  const int p = page_size;
+  const int32_t run = SegmentPages(p);
+  int64_t need = 0;
+  for (int32_t b = sink_pages, k = 0; b < end; b += run, ++k) {
+    const int32_t e = std::min(end, b + run);
+    const std::span<const PageRef> source(pages.data() + b, static_cast<size_t>(e - b));
+    if (static_cast<size_t>(k) < ready.size() && !ready[k].leaves.empty() &&
+        ready[k].Matches(source)) {
+      continue;  // laid out already
+    }
+    int64_t tokens = 0;
+    for (const PageRef& page : source) tokens += page.len;
+    need += (tokens + p - 1) / p;
+  }
+  return need;
+}
+
 bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32_t absorb,
-                 LeafTree* tree, BuildScratch* scratch) {
-  const int p = seq.layout().page_size, d = seq.layout().head_dim;
+                 LeafTree* tree, BuildScratch* scratch, std::span<SegmentLayout> ready) {
+  const int p = seq.layout().page_size;
   PagePool& pool = seq.pool();
-  const KvPoolView view = pool.view();
   const int32_t tail = seq.tail_index(layer, head);
   ICECACHE_CHECK(tail == sink_pages + tree->leaves());
   const std::vector<PageRef>& pages = seq.pages(layer, head);
-  ICECACHE_CHECK(static_cast<int32_t>(pages.size()) >= tail + absorb);
-  // Every token to lay out, with where its row is now.
-  std::vector<float>& keys = scratch->keys;
-  keys.clear();
-  lychee::GatherKeys(view, pages, sink_pages, tail + absorb - sink_pages, &keys);
-  std::vector<std::pair<int32_t, int>>& rows = scratch->rows;
-  rows.clear();
-  for (int32_t i = sink_pages; i < tail + absorb; ++i) {
-    for (int t = 0; t < pages[i].len; ++t) rows.emplace_back(pages[i].id, t);
+  const int32_t end = tail + absorb;
+  ICECACHE_CHECK(static_cast<int32_t>(pages.size()) >= end);
+  // The runs of the pages to lay out: the ready layouts that still match are taken, the others
+  // are laid out below.
+  const int32_t run = SegmentPages(p);
+  std::vector<SegmentLayout> layouts((end - sink_pages + run - 1) / run);
+  for (size_t k = 0; k < layouts.size(); ++k) {
+    const int32_t b = sink_pages + static_cast<int32_t>(k) * run, e = std::min(end, b + run);
+    const std::span<const PageRef> source(pages.data() + b, static_cast<size_t>(e - b));
+    if (k < ready.size() && !ready[k].leaves.empty() && ready[k].Matches(source)) {
+      layouts[k] = std::move(ready[k]);
+    } else {
+      layouts[k].source.assign(source.begin(), source.end());
+    }
   }
-  const int32_t n = static_cast<int32_t>(rows.size());
-  ICECACHE_CHECK(static_cast<size_t>(n) * d == keys.size());
-  std::vector<float>& sq = scratch->sq;
-  std::vector<float>& ext = scratch->ext;
-  ext.resize(n);
-  const float m = SqNorms(keys, d, &sq);
-  for (int32_t i = 0; i < n; ++i) ext[i] = ExtraCoord(m, sq[i]);
-  const std::vector<std::vector<int32_t>> groups = Partition({keys.data(), ext.data(), d}, n, p);
-  if (pool.capacity() - pool.used() < static_cast<int64_t>(groups.size())) return false;
+  const int64_t need = RebuildPages(pages, sink_pages, end, p, layouts);
+  for (SegmentLayout& r : ready) DiscardSegment(pool, &r);  // the ones not taken
+  if (pool.capacity() - pool.used() < need) {
+    for (SegmentLayout& l : layouts) DiscardSegment(pool, &l);
+    return false;
+  }
+  for (SegmentLayout& l : layouts) {
+    if (l.leaves.empty() && !l.source.empty()) {
+      ICECACHE_CHECK_MSG(LayOutSegment(pool, &l, scratch),
+                         "icecache: free pages were counted before laying out");
+    }
+  }
 
   // Every row is laid out again: all old leaf pages and the absorbed pages go back to the pool.
   std::vector<int32_t> freed;
-  for (int32_t i = sink_pages; i < tail + absorb; ++i) freed.push_back(pages[i].id);
+  for (int32_t i = sink_pages; i < end; ++i) freed.push_back(pages[i].id);
   seq.AdvanceTail(layer, head, absorb);
   std::vector<PageRef> head_pages(pages.begin(), pages.begin() + sink_pages);
-  const RowCopier copier(view);
+  float m = 0;
+  for (const SegmentLayout& l : layouts) {
+    for (float sq : l.sq_norm) m = std::max(m, sq);
+  }
+  const int d = seq.layout().head_dim;
   tree->Clear();
   tree->set_max_sq_norm(m);
-  std::vector<float>& group_keys = scratch->group_keys;
-  for (const std::vector<int32_t>& g : groups) {
-    auto id = pool.Allocate();
-    ICECACHE_CHECK_MSG(id.ok(), "icecache: free pages were counted before laying out");
-    group_keys.clear();
-    for (size_t j = 0; j < g.size(); ++j) {
-      copier.Copy(rows[g[j]].first, rows[g[j]].second, *id, static_cast<int>(j));
-      const float* k = keys.data() + static_cast<size_t>(g[j]) * d;
-      group_keys.insert(group_keys.end(), k, k + d);
+  for (const SegmentLayout& l : layouts) {
+    size_t row = 0;
+    for (size_t g = 0; g < l.leaves.size(); ++g) {
+      head_pages.push_back(l.leaves[g]);
+      tree->AddLeafBall(l.centroid.data() + g * d, l.radius[g], l.sq_norm.data() + row,
+                        l.leaves[g].len);
+      row += l.leaves[g].len;
     }
-    pool.Touch(*id);
-    head_pages.push_back({*id, static_cast<int32_t>(g.size())});
-    tree->AddLeaf(group_keys.data(), static_cast<int>(g.size()));
   }
   seq.ReplaceHead(layer, head, std::move(head_pages), freed);
   if (!tree->empty()) tree->BuildUpper();

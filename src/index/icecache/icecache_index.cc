@@ -77,7 +77,95 @@ int IceCacheIndex::BeamWidth(int64_t keys, int64_t pages) {
   return static_cast<int>(std::max<int64_t>({kMinBeam, by_size, 2 * pages}));
 }
 
+IceCacheIndex::~IceCacheIndex() { DropAhead(); }
+
+void IceCacheIndex::JoinAhead() {
+  if (ahead_thread_.joinable()) ahead_thread_.join();
+}
+
+void IceCacheIndex::DropAhead() {
+  JoinAhead();
+  for (std::vector<SegmentLayout>& runs : ahead_) {
+    for (SegmentLayout& r : runs) DiscardSegment(*ahead_pool_, &r);
+  }
+  ahead_.clear();
+  ahead_runs_ = 0;
+  ahead_scratch_.clear();
+}
+
+std::span<SegmentLayout> IceCacheIndex::AheadOf(int layer, int head) {
+  if (ahead_.empty() || !Indexed(layer)) return {};
+  return ahead_[static_cast<size_t>(layer - context_.config.dense_layers) *
+                    context_.layout.n_kv_heads +
+                head];
+}
+
+Status IceCacheIndex::OnPrefillChunk(const KvSequence& seq, int64_t prompt_end,
+                                     const std::function<void()>& kv_ready) {
+  if (!context_.overlap_prefill || context_.workers == nullptr || ahead_busy_.load()) {
+    return Status::Ok();  // not allowed, or the runs handed out last are still being laid out
+  }
+  JoinAhead();
+  const int n_layers = context_.layout.n_layers, heads = context_.layout.n_kv_heads;
+  const int l0 = context_.config.dense_layers, p = context_.layout.page_size;
+  if (l0 >= n_layers || started_ || prompt_end <= context_.limits.budget) return Status::Ok();
+  // The pages the prompt's OnAppend will bulk-build in every list: from the sink pages to the
+  // last page that has left the window. The runs among them whose pages are all written.
+  const int64_t limit = prompt_end - context_.limits.window;
+  const int64_t end = limit / p, written = seq.length() / p;
+  const int32_t run = SegmentPages(p);
+  const int32_t runs =
+      static_cast<int32_t>(std::max<int64_t>(0, (std::min(end, written) - sink_pages_) / run));
+  if (runs <= ahead_runs_) return Status::Ok();
+  for (int l = l0; l < n_layers; ++l) {
+    for (int h = 0; h < heads; ++h) {
+      if (seq.tail_index(l, h) != 0) return Status::Ok();  // not a first prompt's lists
+    }
+  }
+  // Room for the runs' leaves and for the pages the rest of the prompt will write.
+  const int64_t lists = static_cast<int64_t>(n_layers - l0) * heads;
+  const int32_t k0 = ahead_runs_;
+  const int64_t need = lists * (runs - k0) * run + static_cast<int64_t>(n_layers) * heads *
+                                                       ((prompt_end + p - 1) / p - written + 1);
+  PagePool& pool = seq.pool();
+  if (pool.capacity() - pool.used() < need) return Status::Ok();
+
+  kv_ready();  // the runs' pages hold the device's writes
+  ahead_pool_ = &pool;
+  ahead_.resize(static_cast<size_t>(lists));
+  for (int64_t i = 0; i < lists; ++i) {
+    const std::vector<PageRef>& pages = seq.pages(l0 + static_cast<int>(i / heads), i % heads);
+    ahead_[i].resize(runs);
+    for (int32_t k = k0; k < runs; ++k) {
+      const auto b = pages.begin() + sink_pages_ + static_cast<int64_t>(k) * run;
+      ahead_[i][k].source.assign(b, b + run);
+    }
+  }
+  ahead_runs_ = runs;
+  runs_ahead_ += runs - k0;
+  ahead_scratch_.resize(context_.workers->size());
+  ahead_busy_ = true;
+  ahead_thread_ = std::thread([this, &pool, k0, runs, lists] {
+    const int64_t per_list = runs - k0;
+    context_.workers->ParallelFor(lists * per_list, 1, [&](int thread, int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        // A run the pool has no room for stays empty and is laid out by OnAppend.
+        LayOutSegment(pool, &ahead_[i / per_list][k0 + i % per_list], &ahead_scratch_[thread]);
+      }
+    });
+    ahead_busy_ = false;
+  });
+  return Status::Ok();
+}
+
 Status IceCacheIndex::OnAppend(KvSequence& seq, int64_t, std::span<const int32_t>) {
+  JoinAhead();
+  const Status s = Append(seq);
+  DropAhead();  // runs that no bulk build took
+  return s;
+}
+
+Status IceCacheIndex::Append(KvSequence& seq) {
   const int n_layers = context_.layout.n_layers, heads = context_.layout.n_kv_heads;
   const int l0 = context_.config.dense_layers;
   if (l0 >= n_layers) return Status::Ok();  // nothing is sparse
@@ -123,8 +211,7 @@ Status IceCacheIndex::OnAppend(KvSequence& seq, int64_t, std::span<const int32_t
   return Status::Ok();
 }
 
-int64_t IceCacheIndex::AbsorbPages(const KvSequence& seq, int layer, int head,
-                                   int64_t limit) const {
+int64_t IceCacheIndex::AbsorbPages(const KvSequence& seq, int layer, int head, int64_t limit) {
   const int p = context_.layout.page_size;
   const ListState& s = state(layer, head);
   const int64_t tail_pos =
@@ -134,8 +221,11 @@ int64_t IceCacheIndex::AbsorbPages(const KvSequence& seq, int layer, int head,
   // A bulk build (what Absorb does for an empty tree, or when it absorbs at least as many tokens
   // as the tree holds) lays out every indexed token again in exactly ceil(tokens / P) leaves
   // (Partition); an insertion splits at most one leaf per token.
-  const int64_t tokens = s.tree.keys() + absorb * p;
-  if (s.tree.empty() || absorb * p >= s.tree.keys()) return (tokens + p - 1) / p;
+  if (s.tree.empty() || absorb * p >= s.tree.keys()) {
+    const int32_t tail = s.started ? seq.tail_index(layer, head) : sink_pages_;
+    return RebuildPages(seq.pages(layer, head), sink_pages_, tail + static_cast<int32_t>(absorb), p,
+                        AheadOf(layer, head));
+  }
   return absorb * p;
 }
 
@@ -165,7 +255,7 @@ void IceCacheIndex::Absorb(KvSequence& seq, int layer, int head, int64_t limit,
   if (absorb <= 0) return;
   const int32_t pages = static_cast<int32_t>(absorb);
   if (s.tree.empty() || absorb * p >= s.tree.keys()) {
-    if (RebuildList(seq, layer, head, sink_pages_, pages, &s.tree, scratch)) {
+    if (RebuildList(seq, layer, head, sink_pages_, pages, &s.tree, scratch, AheadOf(layer, head))) {
       ++rebuilds_;
       return;
     }
@@ -373,6 +463,7 @@ void IceCacheIndex::SelectReused(const KvSequence& seq, int layer,
 }
 
 void IceCacheIndex::OnTruncate(const KvSequence& seq) {
+  DropAhead();  // a prompt cut short (its runs' pages may be gone)
   // Only tail tokens are ever dropped and the trees hold none of them: nothing to forget.
   for (int l = context_.config.dense_layers; l < context_.layout.n_layers; ++l) {
     for (int h = 0; h < context_.layout.n_kv_heads; ++h) {

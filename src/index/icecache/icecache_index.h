@@ -11,6 +11,9 @@
 // the first time (and whenever the tokens to absorb are at least as many as those indexed, as
 // during a chunked prefill) the list is bulk-built anew, otherwise each token is inserted into
 // its nearest leaf, splitting full leaves (list_layout.h). Layers kept dense are left alone.
+// A bulk build partitions runs of kSegmentTokens tokens each on their own (segment_layout.h); when
+// the model runs on a GPU, the runs of a long first prompt are laid out on host threads while its
+// later chunks prefill (OnPrefillChunk), so that little is left to do after its last chunk.
 //
 // Select: sink pages first, then the leaves (and any loose pages) chosen by BeamSelect, or by
 // ExactSelect when config.exact is set (tree_search.h), then the window pages. The query heads
@@ -33,6 +36,7 @@
 #include <atomic>
 #include <cstdint>
 #include <span>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -51,8 +55,14 @@ class IceCacheIndex : public SequenceIndex {
   static constexpr double kBeamPerToken = 0.0015;
 
   explicit IceCacheIndex(const IndexContext& context);
+  ~IceCacheIndex() override;
 
   Status OnAppend(KvSequence& seq, int64_t first, std::span<const int32_t> tokens) override;
+  // A long first prompt's bulk build runs ahead: every run (segment_layout.h) of its lists whose
+  // pages are written, and that its OnAppend will lay out, is laid out on the workers in the
+  // background while the later chunks prefill; OnAppend then installs those layouts.
+  Status OnPrefillChunk(const KvSequence& seq, int64_t prompt_end,
+                        const std::function<void()>& kv_ready) override;
   void Select(const KvSequence& seq, int layer, const float* q, std::span<std::vector<PageRef>> out,
               SelectionStats* stats) override;
   void OnTruncate(const KvSequence& seq) override;
@@ -67,6 +77,7 @@ class IceCacheIndex : public SequenceIndex {
   int64_t insertions() const { return insertions_.load(); }
   int64_t skipped_absorptions() const { return skipped_.load(); }  // pool too full to re-arrange
   int64_t parallel_appends() const { return parallel_appends_; }   // OnAppend calls run in parallel
+  int64_t runs_ahead() const { return runs_ahead_; }  // prompt runs laid out during the prefill
   // The beam width (nodes kept per level, leaves included) for a tree over `keys` keys with
   // room for `pages` more pages: max(kMinBeam, kBeamPerToken * keys, 2 * pages).
   static int BeamWidth(int64_t keys, int64_t pages);
@@ -83,11 +94,18 @@ class IceCacheIndex : public SequenceIndex {
   ListState& state(int layer, int head) {
     return lists_[static_cast<size_t>(layer) * context_.layout.n_kv_heads + head];
   }
+  Status Append(KvSequence& seq);  // OnAppend's work
+  // The list's runs laid out ahead (empty when none).
+  std::span<SegmentLayout> AheadOf(int layer, int head);
+  // Waits for the runs being laid out in the background (OnPrefillChunk).
+  void JoinAhead();
+  // Waits for them and returns every laid-out run's pages to the pool.
+  void DropAhead();
   // Takes over lists that another icecache index arranged (a forked session).
   Status Adopt(const KvSequence& seq);
   void Absorb(KvSequence& seq, int layer, int head, int64_t limit, BuildScratch* scratch);
   // Pages Absorb(seq, layer, head, limit) may allocate at most (before it frees any).
-  int64_t AbsorbPages(const KvSequence& seq, int layer, int head, int64_t limit) const;
+  int64_t AbsorbPages(const KvSequence& seq, int layer, int head, int64_t limit);
   // Lists every page of the list (exactly full attention) when the context fits the budget.
   bool SelectAllIfCovered(const KvSequence& seq, int layer, int head,
                           std::vector<PageRef>* out) const;
@@ -114,7 +132,17 @@ class IceCacheIndex : public SequenceIndex {
   std::atomic<int64_t> skipped_{0};
   int64_t parallel_appends_ = 0;
   std::vector<BuildScratch> scratch_;  // one per worker thread, released after each OnAppend
-  std::vector<ListState> lists_;       // [layer * n_kv_heads + head]
+
+  // The prompt's runs laid out ahead (OnPrefillChunk): per sparse list, runs [0, ahead_runs_).
+  // While `ahead_thread_` runs it owns the runs it was given; the rest are the caller's.
+  std::vector<std::vector<SegmentLayout>> ahead_;  // [(layer - dense_layers) * heads + head]
+  int32_t ahead_runs_ = 0;
+  PagePool* ahead_pool_ = nullptr;
+  std::thread ahead_thread_;
+  std::atomic<bool> ahead_busy_{false};
+  std::vector<BuildScratch> ahead_scratch_;
+  int64_t runs_ahead_ = 0;
+  std::vector<ListState> lists_;  // [layer * n_kv_heads + head]
 
   // The positions (between sink and window) the last searching layer selected, per KV head.
   struct Reuse {

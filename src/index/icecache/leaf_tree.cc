@@ -89,6 +89,22 @@ void LeafTree::RefreshUp(int32_t id) {
   }
 }
 
+int32_t LeafTree::AddLeafBall(const float* centroid, float radius, const float* sq_norms, int n) {
+  ICECACHE_CHECK(root_ < 0 && n >= 1);
+  const int32_t id = NewNode(0);
+  const int32_t leaf = leaves();
+  nodes_[id].leaf = leaf;
+  leaf_node_.push_back(id);
+  double ext = 0;
+  for (int t = 0; t < n; ++t) ext += ExtraCoord(max_sq_norm_, sq_norms[t]);
+  std::copy_n(centroid, dim_, mutable_centroid(id));
+  Node& node = nodes_[id];
+  node.count = n;
+  node.ext = static_cast<float>(ext / n);
+  node.radius = radius;
+  return leaf;
+}
+
 int32_t LeafTree::AddLeaf(const float* keys, int n) {
   ICECACHE_CHECK(root_ < 0);
   const int32_t id = NewNode(0);

@@ -50,6 +50,9 @@ class LeafTree {
   // Bulk build: appends leaf `leaves()` with its keys ([n][dim], n >= 1). After the last one,
   // call BuildUpper. `max_sq_norm` must bound |k|^2 of every key (set_max_sq_norm first).
   int32_t AddLeaf(const float* keys, int n);
+  // The same leaf as AddLeaf over its keys, from their ball (BallOf: `centroid` [dim] and
+  // `radius`) and their squared norms ([n], DotF(k, k)), computed beforehand.
+  int32_t AddLeafBall(const float* centroid, float radius, const float* sq_norms, int n);
   // Groups the leaves into inner levels up to one root. REQUIRES: leaves() >= 1 and no inner
   // nodes yet.
   void BuildUpper();

@@ -12,27 +12,27 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "index/icecache/leaf_tree.h"
+#include "index/icecache/segment_layout.h"
 #include "kv/kv_sequence.h"
 
 namespace icecache::ice {
 
-// Working memory of bulk builds, kept across the lists one thread builds (a 128K-token list
-// gathers 64 MiB of f32 keys: allocating that afresh per list costs page faults and unmaps that
-// stall every other thread of the process).
-struct BuildScratch {
-  std::vector<float> keys, sq, ext, group_keys;
-  std::vector<std::pair<int32_t, int>> rows;  // (page id, row) of each token to lay out
-};
-
-// Bulk build: every token of the leaf pages and of the first `absorb` tail pages is partitioned
-// anew into leaves of up to page_size tokens (balanced bisection in k' space), copied into
-// fresh pages, and `tree` is rebuilt over them. Needs as many free pages as leaves result.
+// Bulk build: every token of the leaf pages and of the first `absorb` tail pages is laid out
+// anew in leaves of up to page_size tokens, run by run (segment_layout.h), and `tree` is rebuilt
+// over them. `ready` holds layouts of the first runs made beforehand: each one whose source pages
+// are still those of its run is installed as it is, the others are laid out now. Every layout
+// of `ready` is consumed (installed or discarded). Needs as many free pages as the runs laid out
+// now make leaves; returns false (the list unchanged) without them.
 bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32_t absorb,
-                 LeafTree* tree, BuildScratch* scratch);
+                 LeafTree* tree, BuildScratch* scratch, std::span<SegmentLayout> ready = {});
+// The free pages a bulk build of list pages [sink_pages, end) needs with the layouts `ready`.
+int64_t RebuildPages(const std::vector<PageRef>& pages, int32_t sink_pages, int32_t end,
+                     int page_size, std::span<const SegmentLayout> ready = {});
 
 // Dynamic insertion: each token of the first `absorb` tail pages (in position order) goes to
 // its nearest leaf; a full leaf splits in two pages by balanced 2-means over its keys and the
