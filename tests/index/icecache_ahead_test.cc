@@ -13,8 +13,8 @@ namespace icecache::ice {
 namespace {
 
 constexpr int kLayers = 2, kKvHeads = 2, kDim = 16, kPage = 8, kChunk = 4096;
-// Three whole runs of the bulk build (segment_layout.h) and part of a fourth.
-constexpr int64_t kPrompt = 3 * kSegmentTokens + 5000;
+// A prompt of runs of 64K, 32K, 16K and 16K tokens (segment_layout.h).
+constexpr int64_t kPrompt = 8 * kMinRunTokens + 500;
 
 IceSetup Setup() { return IceSetup{KvLayout{kLayers, kKvHeads, kDim, kPage, DType::kF32}}; }
 
@@ -82,8 +82,9 @@ TEST(IceCacheAheadTest, RunsLaidOutDuringThePrefillEqualTheBuildAtItsEnd) {
     for (int h = 0; h < kKvHeads; ++h) {
       SCOPED_TRACE(testing::Message() << "list " << l << "," << h);
       ASSERT_TRUE(ahead.index->list_started(l, h));
-      // Four runs (three whole ones and the rest), each with its own leaves.
-      ASSERT_GT(ahead.index->tree(l, h).leaves(), 3 * SegmentPages(kPage));
+      const int64_t window = LimitsFor(IceConfig(512, kPage)).window;
+      ASSERT_EQ(RunLengths((kPrompt - window) / kPage - ahead.index->sink_pages(), kPage).size(),
+                4u);
       ASSERT_NO_FATAL_FAILURE(ExpectSameTrees(at_end.index->tree(l, h), ahead.index->tree(l, h)));
       // Same tokens in the same pages, in the same order.
       const std::vector<PageRef>&pa = a.pages(l, h), &pb = b.pages(l, h);
@@ -104,7 +105,7 @@ TEST(IceCacheAheadTest, RunsLaidOutDuringThePrefillEqualTheBuildAtItsEnd) {
 
 TEST(IceCacheAheadTest, APromptCutShortReturnsEveryPage) {
   ThreadPool workers(3);
-  Prefilled cut = Prefill(&workers, 9);  // two runs' worth written, the prompt not finished
+  Prefilled cut = Prefill(&workers, 20);  // the first run written, the prompt not finished
   EXPECT_GE(cut.index->runs_ahead(), 1);
   KvSequence& seq = cut.kv->seq();
   seq.Truncate(0);
@@ -112,7 +113,7 @@ TEST(IceCacheAheadTest, APromptCutShortReturnsEveryPage) {
   EXPECT_EQ(seq.pool().used(), 0);
   EXPECT_FALSE(cut.index->started());
 
-  Prefilled dropped = Prefill(&workers, 9);
+  Prefilled dropped = Prefill(&workers, 20);
   EXPECT_GE(dropped.index->runs_ahead(), 1);
   const int64_t listed = dropped.kv->seq().pool().used();
   dropped.index.reset();  // waits for the background runs and returns their pages

@@ -29,13 +29,12 @@ float SqNorms(const std::vector<float>& keys, int dim, std::vector<float>* sq) {
 int64_t RebuildPages(const std::vector<PageRef>& pages, int32_t sink_pages, int32_t end,
                      int page_size, std::span<const SegmentLayout> ready) {
   const int p = page_size;
-  const int32_t run = SegmentPages(p);
   int64_t need = 0;
-  for (int32_t b = sink_pages, k = 0; b < end; b += run, ++k) {
-    const int32_t e = std::min(end, b + run);
-    const std::span<const PageRef> source(pages.data() + b, static_cast<size_t>(e - b));
-    if (static_cast<size_t>(k) < ready.size() && !ready[k].leaves.empty() &&
-        ready[k].Matches(source)) {
+  int32_t b = sink_pages;
+  const std::vector<int32_t> runs = RunLengths(end - sink_pages, p);
+  for (size_t k = 0; k < runs.size(); b += runs[k], ++k) {
+    const std::span<const PageRef> source(pages.data() + b, static_cast<size_t>(runs[k]));
+    if (k < ready.size() && !ready[k].leaves.empty() && ready[k].Matches(source)) {
       continue;  // laid out already
     }
     int64_t tokens = 0;
@@ -56,11 +55,11 @@ bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32
   ICECACHE_CHECK(static_cast<int32_t>(pages.size()) >= end);
   // The runs of the pages to lay out: the ready layouts that still match are taken, the others
   // are laid out below.
-  const int32_t run = SegmentPages(p);
-  std::vector<SegmentLayout> layouts((end - sink_pages + run - 1) / run);
-  for (size_t k = 0; k < layouts.size(); ++k) {
-    const int32_t b = sink_pages + static_cast<int32_t>(k) * run, e = std::min(end, b + run);
-    const std::span<const PageRef> source(pages.data() + b, static_cast<size_t>(e - b));
+  const std::vector<int32_t> runs = RunLengths(end - sink_pages, p);
+  std::vector<SegmentLayout> layouts(runs.size());
+  int32_t b = sink_pages;
+  for (size_t k = 0; k < runs.size(); b += runs[k], ++k) {
+    const std::span<const PageRef> source(pages.data() + b, static_cast<size_t>(runs[k]));
     if (k < ready.size() && !ready[k].leaves.empty() && ready[k].Matches(source)) {
       layouts[k] = std::move(ready[k]);
     } else {

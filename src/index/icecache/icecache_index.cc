@@ -113,9 +113,12 @@ Status IceCacheIndex::OnPrefillChunk(const KvSequence& seq, int64_t prompt_end,
   // last page that has left the window. The runs among them whose pages are all written.
   const int64_t limit = prompt_end - context_.limits.window;
   const int64_t end = limit / p, written = seq.length() / p;
-  const int32_t run = SegmentPages(p);
-  const int32_t runs =
-      static_cast<int32_t>(std::max<int64_t>(0, (std::min(end, written) - sink_pages_) / run));
+  if (end <= sink_pages_) return Status::Ok();
+  const std::vector<int32_t> lengths = RunLengths(static_cast<int32_t>(end - sink_pages_), p);
+  std::vector<int64_t> starts{sink_pages_};
+  for (int32_t n : lengths) starts.push_back(starts.back() + n);
+  int32_t runs = 0;
+  while (runs < static_cast<int32_t>(lengths.size()) && starts[runs + 1] <= written) ++runs;
   if (runs <= ahead_runs_) return Status::Ok();
   for (int l = l0; l < n_layers; ++l) {
     for (int h = 0; h < heads; ++h) {
@@ -125,8 +128,9 @@ Status IceCacheIndex::OnPrefillChunk(const KvSequence& seq, int64_t prompt_end,
   // Room for the runs' leaves and for the pages the rest of the prompt will write.
   const int64_t lists = static_cast<int64_t>(n_layers - l0) * heads;
   const int32_t k0 = ahead_runs_;
-  const int64_t need = lists * (runs - k0) * run + static_cast<int64_t>(n_layers) * heads *
-                                                       ((prompt_end + p - 1) / p - written + 1);
+  const int64_t need =
+      lists * (starts[runs] - starts[k0]) +
+      static_cast<int64_t>(n_layers) * heads * ((prompt_end + p - 1) / p - written + 1);
   PagePool& pool = seq.pool();
   if (pool.capacity() - pool.used() < need) return Status::Ok();
 
@@ -137,8 +141,7 @@ Status IceCacheIndex::OnPrefillChunk(const KvSequence& seq, int64_t prompt_end,
     const std::vector<PageRef>& pages = seq.pages(l0 + static_cast<int>(i / heads), i % heads);
     ahead_[i].resize(runs);
     for (int32_t k = k0; k < runs; ++k) {
-      const auto b = pages.begin() + sink_pages_ + static_cast<int64_t>(k) * run;
-      ahead_[i][k].source.assign(b, b + run);
+      ahead_[i][k].source.assign(pages.begin() + starts[k], pages.begin() + starts[k + 1]);
     }
   }
   ahead_runs_ = runs;

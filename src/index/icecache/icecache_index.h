@@ -11,9 +11,10 @@
 // the first time (and whenever the tokens to absorb are at least as many as those indexed, as
 // during a chunked prefill) the list is bulk-built anew, otherwise each token is inserted into
 // its nearest leaf, splitting full leaves (list_layout.h). Layers kept dense are left alone.
-// A bulk build partitions runs of kSegmentTokens tokens each on their own (segment_layout.h); when
-// the model runs on a GPU, the runs of a long first prompt are laid out on host threads while its
-// later chunks prefill (OnPrefillChunk), so that little is left to do after its last chunk.
+// A bulk build of more than 32K tokens partitions runs of them on their own (the first half, then
+// half of the rest, ...: segment_layout.h); when the model runs on a GPU, the runs of a long first
+// prompt are laid out on host threads while its later chunks prefill (OnPrefillChunk), so that
+// little is left to do after its last chunk.
 //
 // Select: sink pages first, then the leaves (and any loose pages) chosen by BeamSelect, or by
 // ExactSelect when config.exact is set (tree_search.h), then the window pages. The query heads

@@ -11,6 +11,18 @@
 
 namespace icecache::ice {
 
+std::vector<int32_t> RunLengths(int32_t pages, int page_size) {
+  const int32_t min_run = std::max(1, kMinRunTokens / page_size);
+  std::vector<int32_t> runs;
+  int32_t left = pages;
+  while (left > 2 * min_run) {
+    runs.push_back(left / 2);
+    left -= left / 2;
+  }
+  if (left > 0) runs.push_back(left);
+  return runs;
+}
+
 bool SegmentLayout::Matches(std::span<const PageRef> pages) const {
   if (pages.size() != source.size()) return false;
   for (size_t i = 0; i < pages.size(); ++i) {

@@ -1,13 +1,13 @@
-// Bulk builds lay out a list segment by segment. The pages to partition are cut into runs of
-// SegmentPages(P) pages in list order (the last run shorter), and each run is partitioned on its
-// own into leaves of up to P tokens (balanced bisection in k' space under the run's own M) and
-// copied into fresh pages. A run's layout depends only on its own pages, so the early runs of a
-// long prompt can be laid out on host threads while its later chunks prefill
+// Bulk builds lay out a list run by run. The pages to partition are cut into runs in list order
+// (RunLengths: the first half, then half of the rest, and so on, down to runs of about
+// kMinRunTokens tokens), and each run is partitioned on its own into leaves of up to P tokens
+// (balanced bisection in k' space under the run's own M) and copied into fresh pages. A run's
+// layout depends only on its own pages and the length of the whole range, so the early runs of
+// a long prompt can be laid out on host threads while its later chunks prefill
 // (IceCacheIndex::OnPrefillChunk), with the same leaves as when they are laid out at its end.
 // The tree over all runs' leaves is built once, when the layouts are installed (RebuildList).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -17,10 +17,13 @@
 
 namespace icecache::ice {
 
-// Tokens per run of a bulk build: large enough that a run's leaves are picked among many
-// candidates, small enough that a 128K-token prompt's runs spread over its prefill.
-inline constexpr int kSegmentTokens = 16384;
-inline int32_t SegmentPages(int page_size) { return std::max(2, kSegmentTokens / page_size); }
+// Ranges of up to 2 * kMinRunTokens tokens are laid out in one run (a 32K-token prompt is
+// partitioned as a whole); longer ones are halved until that holds, so that the first half of a
+// prompt is partitioned as a whole while its second half prefills.
+inline constexpr int kMinRunTokens = 16384;
+
+// The lengths, in pages, of the runs of a bulk build of `pages` pages of `page_size` tokens.
+std::vector<int32_t> RunLengths(int32_t pages, int page_size);
 
 // Working memory of bulk builds, kept across the lists one thread builds (a 128K-token list
 // gathers 64 MiB of f32 keys: allocating that afresh per list costs page faults and unmaps that
