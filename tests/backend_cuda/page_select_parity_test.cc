@@ -300,6 +300,70 @@ void CompareDeviceAndHost(const std::string& policy) {
   EXPECT_GT(a->kv.hit_rate, 0.0);
 }
 
+// Rows of more candidates than RankKernel keeps in registers (8192) take its other path, and a
+// row just under that its register path at full occupancy: both rank as the CPU does.
+TEST(CudaPageSelect, LongRowsRankAsTheCpu) {
+  ICECACHE_CUDA_OR_SKIP(gpu);
+  auto cpu = MakeCpuBackend({.threads = 1});
+  std::mt19937 rng(5);
+  Pool host = MakePool(*gpu, kHostPages, &rng, true);
+  std::vector<int32_t> ids(kHostPages), lens(kHostPages, kPage);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::vector<uint16_t> cpu_bounds(int64_t{kHostPages} * kDim);
+  Tensor cb(cpu_bounds.data(), DType::kBF16, {kHostPages, 1, kDim});
+  Tensor gb = gpu->Allocate(DType::kBF16, {kHostPages, 1, kDim}).value();
+  cpu->PageBounds({host.View(false, kHostPages), testing::I32Tensor(ids, {kHostPages}),
+                   testing::I32Tensor(lens, {kHostPages}), cb});
+  gpu->PageBounds({host.View(true, kHostPages), I32ToDevice(*gpu, ids, {kHostPages}),
+                   I32ToDevice(*gpu, lens, {kHostPages}), gb});
+  const int rows = 2, group = 4, stride = 12000, out_stride = 300;
+  const int counts[rows] = {11000, 8190};
+  std::vector<int32_t> list_ids(rows * stride, -1), list_lens(rows * stride, 0), limits;
+  for (int r = 0; r < rows; ++r) {
+    for (int e = 0; e < counts[r]; ++e) {
+      list_ids[r * stride + e] = static_cast<int32_t>(rng() % kHostPages);  // repeats tie
+      list_lens[r * stride + e] = kPage;
+    }
+    limits.insert(limits.end(), {counts[r], 1, counts[r] - 4, 250 * kPage, 250});
+  }
+  std::vector<uint16_t> q(rows * group * kDim);
+  for (uint16_t& x : q) x = F32ToBf16(Quarter(rng));
+  std::vector<float> c_scores(rows * stride);
+  std::vector<int32_t> c_ids(rows * out_stride), c_lens(rows * out_stride), c_count(rows);
+  PageSelectArgs s;
+  s.q = Tensor(q.data(), DType::kBF16, {static_cast<int64_t>(q.size())});
+  s.list_ids = Tensor(list_ids.data(), DType::kI32, {rows, stride});
+  s.list_lens = Tensor(list_lens.data(), DType::kI32, {rows, stride});
+  s.limits = Tensor(limits.data(), DType::kI32, {rows, 5});
+  s.bounds = cb;
+  s.scores = Tensor(c_scores.data(), DType::kF32, {rows, stride});
+  s.out_ids = Tensor(c_ids.data(), DType::kI32, {rows, out_stride});
+  s.out_lens = Tensor(c_lens.data(), DType::kI32, {rows, out_stride});
+  s.out_count = Tensor(c_count.data(), DType::kI32, {rows});
+  s.n_heads = rows * group;
+  cpu->SelectPages(s);
+  PageSelectArgs g = s;
+  g.q = gpu->Allocate(DType::kBF16, {static_cast<int64_t>(q.size())}).value();
+  ASSERT_TRUE(gpu->Copy(s.q, g.q).ok());
+  g.list_ids = I32ToDevice(*gpu, list_ids, {rows, stride});
+  g.list_lens = I32ToDevice(*gpu, list_lens, {rows, stride});
+  g.limits = I32ToDevice(*gpu, limits, {rows, 5});
+  g.bounds = gb;
+  g.scores = gpu->Allocate(DType::kF32, {rows, stride}).value();
+  g.out_ids = gpu->Allocate(DType::kI32, {rows, out_stride}).value();
+  g.out_lens = gpu->Allocate(DType::kI32, {rows, out_stride}).value();
+  g.out_count = gpu->Allocate(DType::kI32, {rows}).value();
+  gpu->SelectPages(g);
+  EXPECT_EQ(I32ToHost(*gpu, g.out_count), c_count);
+  EXPECT_EQ(c_count[0], 1 + 250 + 4);
+  const std::vector<int32_t> g_ids = I32ToHost(*gpu, g.out_ids);
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < c_count[r]; ++i) {
+      ASSERT_EQ(g_ids[r * out_stride + i], c_ids[r * out_stride + i]) << r << "," << i;
+    }
+  }
+}
+
 TEST(CudaPageSelect, QuestOnTheDeviceAgreesWithQuestOnTheHost) { CompareDeviceAndHost("quest"); }
 TEST(CudaPageSelect, IceCacheOnTheDeviceAgreesWithIceCacheOnTheHost) {
   CompareDeviceAndHost("icecache");

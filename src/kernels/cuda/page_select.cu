@@ -25,6 +25,7 @@ constexpr int kScoreThreads = 256;
 constexpr int kScoreWarps = kScoreThreads / 32;
 constexpr int kScorePerWarp = 8;  // candidates per warp
 constexpr int kRankThreads = 512;
+constexpr int kRankHeld = 16;  // candidate keys a RankKernel thread keeps in registers
 constexpr int kMaxGroup = 32;
 constexpr int kMaxDim = 256;
 constexpr int kSortCap = 2048;  // kMaxSelectPicks (backend.h)
@@ -233,6 +234,18 @@ __global__ void __launch_bounds__(kRankThreads) RankKernel(PageSelectParams p) {
   const float* scores = p.scores + base;
   const int tid = threadIdx.x;
 
+  // Rows of up to kRankThreads * kRankHeld candidates keep their keys in registers, each thread
+  // a contiguous range of entries, so that every pass reads them once from L2 at most.
+  const bool held = n_cand <= kRankThreads * kRankHeld;
+  uint32_t keys[kRankHeld];
+  const int first = tid * kRankHeld;
+  if (held) {
+#pragma unroll
+    for (int j = 0; j < kRankHeld; ++j) {
+      keys[j] = first + j < n_cand ? OrderKey(scores[lim.sink_end + first + j]) : 0u;
+    }
+  }
+
   // Radix select: the key of the want-th best candidate and how many equal to it to take.
   if (tid == 0) {
     s_prefix = 0;
@@ -245,9 +258,21 @@ __global__ void __launch_bounds__(kRankThreads) RankKernel(PageSelectParams p) {
       for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
       __syncthreads();
       const uint32_t prefix = s_prefix, mask = s_mask;
-      for (int i = tid; i < n_cand; i += blockDim.x) {
-        const uint32_t k = OrderKey(scores[lim.sink_end + i]);
-        if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+      // Scores of a row are close, so most share their top bits: a warp's lanes with the same
+      // bin add once, by their leader (every lane runs every round, so the warp stays whole).
+      auto count = [&](bool valid, uint32_t k) {
+        const int bin = valid && (k & mask) == prefix ? static_cast<int>((k >> shift) & 255u) : -1;
+        const unsigned peers = __match_any_sync(0xffffffffu, bin);
+        if (bin >= 0 && (tid & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
+      };
+      if (held) {
+#pragma unroll
+        for (int j = 0; j < kRankHeld; ++j) count(first + j < n_cand, keys[j]);
+      } else {
+        for (int start = 0; start < n_cand; start += blockDim.x) {
+          const int i = start + tid;
+          count(i < n_cand, i < n_cand ? OrderKey(scores[lim.sink_end + i]) : 0u);
+        }
       }
       __syncthreads();
       if (tid < 32) {
@@ -288,7 +313,41 @@ __global__ void __launch_bounds__(kRankThreads) RankKernel(PageSelectParams p) {
     s_selected = 0;
   }
   __syncthreads();
-  for (int start = 0; start < n_cand && want > 0; start += blockDim.x) {
+  // Descending by key, then ascending by entry.
+  auto sort_key = [](uint32_t k, int i) {
+    return (static_cast<unsigned long long>(k) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
+  };
+  if (held && want > 0) {
+    // Entries are in thread order: two scans place every thread's picks.
+    int gt = 0, eq = 0;
+#pragma unroll
+    for (int j = 0; j < kRankHeld; ++j) {
+      if (first + j < n_cand) {
+        gt += all || keys[j] > thr;
+        eq += !all && keys[j] == thr;
+      }
+    }
+    int eq_before, eq_total;
+    Scan(scan_tmp).ExclusiveSum(eq, eq_before, eq_total);
+    __syncthreads();
+    const int eq_mine = max(0, min(eq, eq_take - eq_before));
+    int pos, sel_total;
+    Scan(scan_tmp).ExclusiveSum(gt + eq_mine, pos, sel_total);
+    int eq_left = eq_mine;
+#pragma unroll
+    for (int j = 0; j < kRankHeld; ++j) {
+      if (first + j < n_cand) {
+        const bool sel = all || keys[j] > thr || (keys[j] == thr && eq_left-- > 0);
+        if (sel) {
+          if (pos < kSortCap) sort_keys[pos] = sort_key(keys[j], first + j);
+          ++pos;
+        }
+      }
+    }
+    if (tid == 0) s_selected = sel_total;
+    __syncthreads();
+  }
+  for (int start = 0; !held && start < n_cand && want > 0; start += blockDim.x) {
     const int i = start + tid;
     uint32_t k = 0;
     int gt = 0, eq = 0;
@@ -303,11 +362,7 @@ __global__ void __launch_bounds__(kRankThreads) RankKernel(PageSelectParams p) {
     const int sel = gt || (eq && s_taken_eq + eq_rank < eq_take);
     int pos, sel_total;
     Scan(scan_tmp).ExclusiveSum(sel, pos, sel_total);
-    if (sel && s_selected + pos < kSortCap) {
-      // Descending by key, then ascending by entry.
-      sort_keys[s_selected + pos] =
-          (static_cast<unsigned long long>(k) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
-    }
+    if (sel && s_selected + pos < kSortCap) sort_keys[s_selected + pos] = sort_key(k, i);
     __syncthreads();
     if (tid == 0) {
       s_taken_eq += eq_total;
