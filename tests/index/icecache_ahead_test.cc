@@ -69,6 +69,23 @@ void ExpectSameTrees(const LeafTree& a, const LeafTree& b) {
   }
 }
 
+// Up to 2 * kMinRunTokens tokens stay one run; longer ranges are halved until the rest is that
+// short; the runs cover the range in order.
+TEST(IceCacheAheadTest, RunLengthsHalveLongRanges) {
+  EXPECT_EQ(RunLengths(1, 16), std::vector<int32_t>({1}));
+  EXPECT_EQ(RunLengths(2048, 16), std::vector<int32_t>({2048}));  // 32K tokens: whole
+  EXPECT_EQ(RunLengths(2049, 16), std::vector<int32_t>({1024, 1025}));
+  EXPECT_EQ(RunLengths(8158, 16), std::vector<int32_t>({4079, 2039, 2040}));  // 128K tokens
+  for (int32_t pages : {5000, 65536, 123457}) {
+    const std::vector<int32_t> runs = RunLengths(pages, 8);
+    int64_t sum = 0;
+    for (int32_t r : runs) sum += r;
+    EXPECT_EQ(sum, pages);
+    EXPECT_LE(runs.back(), 2 * kMinRunTokens / 8);
+    for (size_t k = 1; k < runs.size(); ++k) EXPECT_LE(runs[k], runs[k - 1] + 1);
+  }
+}
+
 TEST(IceCacheAheadTest, RunsLaidOutDuringThePrefillEqualTheBuildAtItsEnd) {
   ThreadPool workers(3);
   Prefilled at_end = Prefill(nullptr);
