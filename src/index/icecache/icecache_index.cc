@@ -222,8 +222,8 @@ int64_t IceCacheIndex::AbsorbPages(const KvSequence& seq, int layer, int head, i
   const int64_t absorb = (limit - tail_pos) / p;
   if (absorb <= 0) return 0;
   // A bulk build (what Absorb does for an empty tree, or when it absorbs at least as many tokens
-  // as the tree holds) lays out every indexed token again in exactly ceil(tokens / P) leaves
-  // (Partition); an insertion splits at most one leaf per token.
+  // as the tree holds) lays out every indexed token again, run by run, in ceil(tokens / P) leaves
+  // per run (runs laid out ahead need none); an insertion splits at most one leaf per token.
   if (s.tree.empty() || absorb * p >= s.tree.keys()) {
     const int32_t tail = s.started ? seq.tail_index(layer, head) : sink_pages_;
     return RebuildPages(seq.pages(layer, head), sink_pages_, tail + static_cast<int32_t>(absorb), p,
