@@ -166,7 +166,8 @@ struct GenerateResult {
 struct GenerateCallbacks {
   // Streamed text as it becomes final; return false to stop generating.
   std::function<bool(std::string_view text)> on_text;
-  // Prefill progress: tokens done of total, after each chunk.
+  // Prefill progress: tokens done of total, after each chunk; the last call (done == total)
+  // comes once the prompt is ready to decode, its KV index (if any) built.
   std::function<void(int64_t done, int64_t total)> on_prefill;
 };
 

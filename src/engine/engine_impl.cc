@@ -281,7 +281,7 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
       const float* row = logits->data_as<float>();
       last.assign(row, row + logits->cols());
     }
-    if (callbacks.on_prefill) callbacks.on_prefill(done, total);
+    if (callbacks.on_prefill && done < total) callbacks.on_prefill(done, total);
   }
   // The prompt's attention is dense, so the index sees the whole prompt once: one bulk build of
   // every list instead of one per chunk (or token by token insertion of later chunks).
@@ -295,6 +295,8 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
     backend_->Synchronize();
   }
   state.prompt_index_s = NowSeconds() - t0;
+  // The prompt is ready once its index is built (that is part of the time to first token).
+  if (callbacks.on_prefill && total > 0) callbacks.on_prefill(total, total);
   return last;
 }
 
