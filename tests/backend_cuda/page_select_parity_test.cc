@@ -69,6 +69,50 @@ std::vector<uint16_t> ToHostU16(Backend& b, const Tensor& t) {
   return out;
 }
 
+// One SelectPages call over the same lists, limits, query and page summaries, on the CPU backend
+// (`cpu`, outputs in the host vectors) and on the GPU (`gpu`, outputs in device memory).
+struct SelectOnBoth {
+  std::vector<float> c_scores;
+  std::vector<int32_t> c_ids, c_lens, c_count;
+  PageSelectArgs cpu, gpu;
+};
+
+void SelectPagesOnBoth(Backend& cpu, Backend& gpu, std::vector<uint16_t>& q,
+                       std::vector<int32_t>& list_ids, std::vector<int32_t>& list_lens,
+                       std::vector<int32_t>& limits, const Tensor& cpu_bounds,
+                       const Tensor& gpu_bounds, int rows, int group, int stride, int out_stride,
+                       SelectOnBoth* out) {
+  out->c_scores.assign(rows * stride, 0.0f);
+  out->c_ids.assign(rows * out_stride, 0);
+  out->c_lens.assign(rows * out_stride, 0);
+  out->c_count.assign(rows, 0);
+  PageSelectArgs& s = out->cpu;
+  s.q = Tensor(q.data(), DType::kBF16, {static_cast<int64_t>(q.size())});
+  s.list_ids = Tensor(list_ids.data(), DType::kI32, {rows, stride});
+  s.list_lens = Tensor(list_lens.data(), DType::kI32, {rows, stride});
+  s.limits = Tensor(limits.data(), DType::kI32, {rows, 5});
+  s.bounds = cpu_bounds;
+  s.scores = Tensor(out->c_scores.data(), DType::kF32, {rows, stride});
+  s.out_ids = Tensor(out->c_ids.data(), DType::kI32, {rows, out_stride});
+  s.out_lens = Tensor(out->c_lens.data(), DType::kI32, {rows, out_stride});
+  s.out_count = Tensor(out->c_count.data(), DType::kI32, {rows});
+  s.n_heads = rows * group;
+  cpu.SelectPages(s);
+  PageSelectArgs& g = out->gpu;
+  g = s;
+  g.q = gpu.Allocate(DType::kBF16, {static_cast<int64_t>(q.size())}).value();
+  ASSERT_TRUE(gpu.Copy(s.q, g.q).ok());
+  g.list_ids = I32ToDevice(gpu, list_ids, {rows, stride});
+  g.list_lens = I32ToDevice(gpu, list_lens, {rows, stride});
+  g.limits = I32ToDevice(gpu, limits, {rows, 5});
+  g.bounds = gpu_bounds;
+  g.scores = gpu.Allocate(DType::kF32, {rows, stride}).value();
+  g.out_ids = gpu.Allocate(DType::kI32, {rows, out_stride}).value();
+  g.out_lens = gpu.Allocate(DType::kI32, {rows, out_stride}).value();
+  g.out_count = gpu.Allocate(DType::kI32, {rows}).value();
+  gpu.SelectPages(g);
+}
+
 // `bound_rows`: 2 for min/max bounds, 1 for mean keys.
 void CheckKernels(int bound_rows) {
   ICECACHE_CUDA_OR_SKIP(gpu);
@@ -137,34 +181,13 @@ void CheckKernels(int bound_rows) {
     std::vector<uint16_t> q(qf.size());
     for (size_t i = 0; i < q.size(); ++i) q[i] = F32ToBf16(qf[i]);
 
-    // CPU.
-    std::vector<float> c_scores(rows * stride);
-    std::vector<int32_t> c_out_ids(rows * out_stride), c_out_lens(rows * out_stride), c_count(rows);
-    PageSelectArgs s;
-    s.q = Tensor(q.data(), DType::kBF16, {static_cast<int64_t>(q.size())});
-    s.list_ids = Tensor(list_ids.data(), DType::kI32, {rows, stride});
-    s.list_lens = Tensor(list_lens.data(), DType::kI32, {rows, stride});
-    s.limits = Tensor(limits.data(), DType::kI32, {rows, 5});
-    s.bounds = cb;
-    s.scores = Tensor(c_scores.data(), DType::kF32, {rows, stride});
-    s.out_ids = Tensor(c_out_ids.data(), DType::kI32, {rows, out_stride});
-    s.out_lens = Tensor(c_out_lens.data(), DType::kI32, {rows, out_stride});
-    s.out_count = Tensor(c_count.data(), DType::kI32, {rows});
-    s.n_heads = rows * group;
-    cpu->SelectPages(s);
-    // GPU.
-    PageSelectArgs g = s;
-    g.q = gpu->Allocate(DType::kBF16, {static_cast<int64_t>(q.size())}).value();
-    ASSERT_TRUE(gpu->Copy(s.q, g.q).ok());
-    g.list_ids = I32ToDevice(*gpu, list_ids, {rows, stride});
-    g.list_lens = I32ToDevice(*gpu, list_lens, {rows, stride});
-    g.limits = I32ToDevice(*gpu, limits, {rows, 5});
-    g.bounds = gb;
-    g.scores = gpu->Allocate(DType::kF32, {rows, stride}).value();
-    g.out_ids = gpu->Allocate(DType::kI32, {rows, out_stride}).value();
-    g.out_lens = gpu->Allocate(DType::kI32, {rows, out_stride}).value();
-    g.out_count = gpu->Allocate(DType::kI32, {rows}).value();
-    gpu->SelectPages(g);
+    SelectOnBoth both;
+    ASSERT_NO_FATAL_FAILURE(SelectPagesOnBoth(*cpu, *gpu, q, list_ids, list_lens, limits, cb, gb,
+                                              rows, group, stride, out_stride, &both));
+    const PageSelectArgs &s = both.cpu, &g = both.gpu;
+    const std::vector<int32_t>& c_count = both.c_count;
+    const std::vector<int32_t>& c_out_ids = both.c_ids;
+    const std::vector<int32_t>& c_out_lens = both.c_lens;
     EXPECT_EQ(I32ToHost(*gpu, g.out_count), c_count);
     const std::vector<int32_t> g_ids = I32ToHost(*gpu, g.out_ids);
     const std::vector<int32_t> g_lens = I32ToHost(*gpu, g.out_lens);
@@ -328,32 +351,12 @@ TEST(CudaPageSelect, LongRowsRankAsTheCpu) {
   }
   std::vector<uint16_t> q(rows * group * kDim);
   for (uint16_t& x : q) x = F32ToBf16(Quarter(rng));
-  std::vector<float> c_scores(rows * stride);
-  std::vector<int32_t> c_ids(rows * out_stride), c_lens(rows * out_stride), c_count(rows);
-  PageSelectArgs s;
-  s.q = Tensor(q.data(), DType::kBF16, {static_cast<int64_t>(q.size())});
-  s.list_ids = Tensor(list_ids.data(), DType::kI32, {rows, stride});
-  s.list_lens = Tensor(list_lens.data(), DType::kI32, {rows, stride});
-  s.limits = Tensor(limits.data(), DType::kI32, {rows, 5});
-  s.bounds = cb;
-  s.scores = Tensor(c_scores.data(), DType::kF32, {rows, stride});
-  s.out_ids = Tensor(c_ids.data(), DType::kI32, {rows, out_stride});
-  s.out_lens = Tensor(c_lens.data(), DType::kI32, {rows, out_stride});
-  s.out_count = Tensor(c_count.data(), DType::kI32, {rows});
-  s.n_heads = rows * group;
-  cpu->SelectPages(s);
-  PageSelectArgs g = s;
-  g.q = gpu->Allocate(DType::kBF16, {static_cast<int64_t>(q.size())}).value();
-  ASSERT_TRUE(gpu->Copy(s.q, g.q).ok());
-  g.list_ids = I32ToDevice(*gpu, list_ids, {rows, stride});
-  g.list_lens = I32ToDevice(*gpu, list_lens, {rows, stride});
-  g.limits = I32ToDevice(*gpu, limits, {rows, 5});
-  g.bounds = gb;
-  g.scores = gpu->Allocate(DType::kF32, {rows, stride}).value();
-  g.out_ids = gpu->Allocate(DType::kI32, {rows, out_stride}).value();
-  g.out_lens = gpu->Allocate(DType::kI32, {rows, out_stride}).value();
-  g.out_count = gpu->Allocate(DType::kI32, {rows}).value();
-  gpu->SelectPages(g);
+  SelectOnBoth both;
+  ASSERT_NO_FATAL_FAILURE(SelectPagesOnBoth(*cpu, *gpu, q, list_ids, list_lens, limits, cb, gb,
+                                            rows, group, stride, out_stride, &both));
+  const PageSelectArgs& g = both.gpu;
+  const std::vector<int32_t>& c_count = both.c_count;
+  const std::vector<int32_t>& c_ids = both.c_ids;
   EXPECT_EQ(I32ToHost(*gpu, g.out_count), c_count);
   EXPECT_EQ(c_count[0], 1 + 250 + 4);
   const std::vector<int32_t> g_ids = I32ToHost(*gpu, g.out_ids);

@@ -9,23 +9,6 @@
 
 namespace icecache::ice {
 
-namespace {
-
-// Squared norms of the `n` rows of `keys`, and their maximum.
-float SqNorms(const std::vector<float>& keys, int dim, std::vector<float>* sq) {
-  const size_t n = keys.size() / dim;
-  sq->resize(n);
-  float m = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const float* k = keys.data() + i * dim;
-    (*sq)[i] = DotF(k, k, dim);
-    m = std::max(m, (*sq)[i]);
-  }
-  return m;
-}
-
-}  // namespace
-
 int64_t RebuildPages(const std::vector<PageRef>& pages, int32_t sink_pages, int32_t end,
                      int page_size, std::span<const SegmentLayout> ready) {
   const int p = page_size;
@@ -37,9 +20,7 @@ int64_t RebuildPages(const std::vector<PageRef>& pages, int32_t sink_pages, int3
     if (k < ready.size() && !ready[k].leaves.empty() && ready[k].Matches(source)) {
       continue;  // laid out already
     }
-    int64_t tokens = 0;
-    for (const PageRef& page : source) tokens += page.len;
-    need += (tokens + p - 1) / p;
+    need += LeavesFor(source, p);
   }
   return need;
 }
@@ -57,6 +38,7 @@ bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32
   // are laid out below.
   const std::vector<int32_t> runs = RunLengths(end - sink_pages, p);
   std::vector<SegmentLayout> layouts(runs.size());
+  int64_t need = 0;
   int32_t b = sink_pages;
   for (size_t k = 0; k < runs.size(); b += runs[k], ++k) {
     const std::span<const PageRef> source(pages.data() + b, static_cast<size_t>(runs[k]));
@@ -64,9 +46,9 @@ bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32
       layouts[k] = std::move(ready[k]);
     } else {
       layouts[k].source.assign(source.begin(), source.end());
+      need += LeavesFor(source, p);
     }
   }
-  const int64_t need = RebuildPages(pages, sink_pages, end, p, layouts);
   for (SegmentLayout& r : ready) DiscardSegment(pool, &r);  // the ones not taken
   if (pool.capacity() - pool.used() < need) {
     for (SegmentLayout& l : layouts) DiscardSegment(pool, &l);

@@ -23,6 +23,24 @@ std::vector<int32_t> RunLengths(int32_t pages, int page_size) {
   return runs;
 }
 
+float SqNorms(const std::vector<float>& keys, int dim, std::vector<float>* sq) {
+  const size_t n = keys.size() / dim;
+  sq->resize(n);
+  float m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float* k = keys.data() + i * dim;
+    (*sq)[i] = DotF(k, k, dim);
+    m = std::max(m, (*sq)[i]);
+  }
+  return m;
+}
+
+int64_t LeavesFor(std::span<const PageRef> source, int page_size) {
+  int64_t tokens = 0;
+  for (const PageRef& page : source) tokens += page.len;
+  return (tokens + page_size - 1) / page_size;
+}
+
 bool SegmentLayout::Matches(std::span<const PageRef> pages) const {
   if (pages.size() != source.size()) return false;
   for (size_t i = 0; i < pages.size(); ++i) {
@@ -45,14 +63,8 @@ bool LayOutSegment(PagePool& pool, SegmentLayout* out, BuildScratch* scratch) {
   const int32_t n = static_cast<int32_t>(rows.size());
   std::vector<float>& sq = scratch->sq;
   std::vector<float>& ext = scratch->ext;
-  sq.resize(n);
+  const float m = SqNorms(keys, d, &sq);
   ext.resize(n);
-  float m = 0;
-  for (int32_t i = 0; i < n; ++i) {
-    const float* k = keys.data() + static_cast<size_t>(i) * d;
-    sq[i] = DotF(k, k, d);
-    m = std::max(m, sq[i]);
-  }
   for (int32_t i = 0; i < n; ++i) ext[i] = ExtraCoord(m, sq[i]);
   const std::vector<std::vector<int32_t>> groups = Partition({keys.data(), ext.data(), d}, n, p);
 

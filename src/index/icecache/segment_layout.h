@@ -45,6 +45,12 @@ struct SegmentLayout {
   bool Matches(std::span<const PageRef> pages) const;
 };
 
+// Squared norms of the rows of `keys` ([n][dim]) into `sq`; returns their maximum.
+float SqNorms(const std::vector<float>& keys, int dim, std::vector<float>* sq);
+
+// Leaves a run of `source` pages lays out: ceil(tokens / page_size).
+int64_t LeavesFor(std::span<const PageRef> source, int page_size);
+
 // Partitions the tokens of `out->source` into ceil(tokens / P) leaves and copies their rows (K, V
 // and position, bit for bit) into fresh pages of `pool`. Returns false, with nothing allocated,
 // when the pool has no room. Reads only the source pages and writes only the fresh ones, so it may
