@@ -328,7 +328,8 @@ Command AddEvalCommand(CLI::App& root) {
       ->check(CLI::IsMember({"needle", "ruler", "leval", "jsonl", "fidelity"}));
   AddModelOptions(*app, &args->model);
   app->add_option("--policies", args->policies,
-                  "KV policies to compare (full is always run: the reference)")
+                  "KV policies to compare (full is always run: the reference); NAME:RANK runs "
+                  "NAME with that --kv-rank (icecache:soft, lychee:centroid)")
       ->capture_default_str();
   app->add_option("--budgets", args->budgets, "KV budgets of the sparse policies (tokens)")
       ->capture_default_str();

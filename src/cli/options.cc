@@ -85,7 +85,8 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
   app.add_option("--kv-rank", kv.rank,
                  "icecache: rank leaves by soft (beam search, keys scored) or centroid (linear "
                  "scan of leaf means, as on the device); auto: centroid where selection runs on "
-                 "the GPU")
+                 "the GPU. lychee: auto (best-bound-first search, host) or centroid (chunk pages "
+                 "ranked by mean key, selectable on the device)")
       ->check(CLI::IsMember({"auto", "soft", "centroid"}))
       ->capture_default_str();
   app.add_option("--kv-reuse-layers", kv.reuse_layers,
@@ -108,7 +109,8 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
       ->capture_default_str();
   app.add_option("--kv-select", o->kv_select,
                  "where a sparse policy selects: device (kernels, no host round trip per layer; "
-                 "quest, and icecache ranking by centroid), host (the policy's index on the host), "
+                 "quest, and icecache or lychee ranking by centroid), host (the policy's index on "
+                 "the host), "
                  "auto (device where supported, "
                  "on a GPU)")
       ->check(CLI::IsMember({"auto", "device", "host"}))

@@ -8,6 +8,7 @@ namespace icecache {
 
 bool DeviceSelection::Supports(const KvConfig& config) {
   if (config.policy == "quest") return true;
+  if (config.policy == "lychee") return config.rank == "centroid";
   return config.policy == "icecache" && config.rank == "centroid" && !config.exact &&
          config.reuse_layers == 1;
 }

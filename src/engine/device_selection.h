@@ -1,24 +1,25 @@
 // Selection in the backend's memory, so that on a GPU a decode step selects, fetches and attends
-// without waiting for the host. Two policies: quest (pages ranked by their min/max key bound) and
-// icecache with rank "centroid" (leaves and loose pages ranked by the group's best q.c over their
-// mean key); the page summaries (BoundRows per page) live in one backend tensor for the pool.
+// without waiting for the host. Policies: quest (pages ranked by their min/max key bound), and
+// icecache or lychee with rank "centroid" (leaves, chunk pages and loose pages ranked by the
+// group's best q.c over their mean key); the page summaries (BoundRows per page) live in one
+// backend tensor for the pool.
 //
 // The host keeps what it already owns: the page lists (KvSequence), the regions they imply and,
-// for icecache, the tree that arranges tokens into leaf pages. Once per step, Prepare uploads what
-// changed since the last step with one strided copy per array: a list whose stamp is unchanged
-// only gained tokens at its end, so only entries from its previous last page on are compared; a
-// list the index re-arranged (new stamp) is compared entry by entry (page id, token count and
-// page version). It uploads each list's limits (count, sink end, window begin, tokens and pages
-// left), and summarizes with Backend::PageBounds every page whose contents are new to it (the
-// growing tail page included), marking any resident copy of such a page stale. Per layer, Select
-// runs Backend::SelectPages on the layer's query row, then Backend::MapPages against this
-// sequence's residency map and the working set's slots; the page table it returns lives in backend
-// memory and feeds the multi-segment attention.
+// for icecache and lychee, the structure that arranges tokens into leaf or chunk pages. Once per
+// step, Prepare uploads what changed since the last step with one strided copy per array: a list
+// whose stamp is unchanged only gained tokens at its end, so only entries from its previous last
+// page on are compared; a list the index re-arranged (new stamp) is compared entry by entry (page
+// id, token count and page version). It uploads each list's limits (count, sink end, window begin,
+// tokens and pages left), and summarizes with Backend::PageBounds every page whose contents are new
+// to it (the growing tail page included), marking any resident copy of such a page stale. Per
+// layer, Select runs Backend::SelectPages on the layer's query row, then Backend::MapPages against
+// this sequence's residency map and the working set's slots; the page table it returns lives in
+// backend memory and feeds the multi-segment attention.
 //
 // Requirements: a working set without token scratch and at most kMaxSelectPicks selectable pages
 // per step. For the same keys and queries the selection lists the pages of QuestIndex::Select
-// (quest) or of IceCacheIndex::Select with rank centroid (tests compare them), up to float
-// rounding of the score sums (the CPU backend's reference gives them bit for bit).
+// (quest) or of IceCacheIndex / LycheeIndex::Select with rank centroid (tests compare them), up
+// to float rounding of the score sums (the CPU backend's reference gives them bit for bit).
 #pragma once
 
 #include <cstdint>
@@ -34,8 +35,8 @@ namespace icecache {
 
 class DeviceSelection {
  public:
-  // Whether `config`'s policy can select in backend memory: quest, or icecache with rank
-  // centroid (not exact, no layer reuse).
+  // Whether `config`'s policy can select in backend memory: quest, icecache with rank centroid
+  // (not exact, no layer reuse), or lychee with rank centroid.
   static bool Supports(const KvConfig& config);
   // Whether the policy keeps its lists in position order (quest), so that a page's summary stays
   // valid once it left the window.

@@ -556,7 +556,9 @@ Result<std::unique_ptr<SequenceState>> EngineImpl::NewState(const KvConfig* kv) 
                            std::to_string(options_.kv.page_size) + ", " + info_.kv_dtype + ")");
   }
   ICECACHE_ASSIGN_OR_RETURN(const bool on_device, SelectsOnDevice(config));
-  if (config.rank == "auto") config.rank = on_device ? "centroid" : "soft";
+  if (config.policy == "icecache" && config.rank == "auto") {
+    config.rank = on_device ? "centroid" : "soft";
+  }
   auto state = std::make_unique<SequenceState>(pool_.get(), config);
   ICECACHE_ASSIGN_OR_RETURN(state->index, MakeSequenceIndex(IndexFor(config)));
   if (state->index && !pool_->host_accessible()) {
@@ -583,7 +585,8 @@ Result<bool> EngineImpl::SelectsOnDevice(const KvConfig& config) const {
   if (config.policy == "full") return false;
   const std::string& where = options_.kv_select;
   KvConfig resolved = config;
-  if (resolved.rank == "auto") resolved.rank = "centroid";  // what "auto" becomes on the device
+  // What icecache's "auto" becomes on the device; lychee's "auto" is its bound search (host).
+  if (resolved.policy == "icecache" && resolved.rank == "auto") resolved.rank = "centroid";
   const bool supported = DeviceSelection::Supports(resolved) && !config.recall;
   if (where == "host" || (where == "auto" && (backend_->device() == Device::kCpu || !supported))) {
     return false;
@@ -592,8 +595,8 @@ Result<bool> EngineImpl::SelectsOnDevice(const KvConfig& config) const {
     return Unsupported(
         "--kv-select device: policy '" + config.policy + "' selects on the host" +
         (config.recall ? " (and --kv-recall measures there)" : "") +
-        "; device selection serves quest and icecache (rank centroid, no --kv-exact, no "
-        "--kv-reuse-layers)");
+        "; device selection serves quest, icecache (rank centroid, no --kv-exact, no "
+        "--kv-reuse-layers) and lychee with --kv-rank centroid");
   }
   return true;
 }

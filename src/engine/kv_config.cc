@@ -51,6 +51,11 @@ Status KvConfig::Validate() const {
   if (rank != "auto" && rank != "soft" && rank != "centroid") {
     return InvalidArgument("--kv-rank must be auto, soft or centroid, not '" + rank + "'");
   }
+  if (policy == "lychee" && rank == "soft") {
+    return InvalidArgument(
+        "--kv-rank soft is icecache's beam search; lychee ranks by auto (its bound search) or "
+        "centroid (page mean keys)");
+  }
   if (exact && rank == "centroid") {
     return InvalidArgument(
         "--kv-exact ranks leaves by their bound; it excludes --kv-rank centroid");
@@ -69,6 +74,7 @@ std::string KvConfig::Describe() const {
   if (dense_layers > 0) d += ", " + std::to_string(dense_layers) + " dense layers";
   if (policy == "icecache" && exact) d += ", exact";
   if (policy == "icecache" && !exact && rank != "auto") d += ", rank " + rank;
+  if (policy == "lychee" && rank == "centroid") d += ", rank centroid";
   if (policy == "icecache" && reuse_layers > 1) {
     d += ", layers share selections in groups of " + std::to_string(reuse_layers);
   }

@@ -22,9 +22,12 @@ std::vector<PolicyRun> ExpandPolicies(const std::vector<std::string>& policies,
       runs.push_back(r);
       continue;
     }
+    // NAME:RANK runs policy NAME with --kv-rank RANK (its rows keep the whole label).
+    const size_t colon = p.find(':');
     for (int b : budgets) {
       PolicyRun r{p, b, base};
-      r.kv.policy = p;
+      r.kv.policy = p.substr(0, colon);
+      if (colon != std::string::npos) r.kv.rank = p.substr(colon + 1);
       r.kv.budget = b;
       runs.push_back(r);
     }

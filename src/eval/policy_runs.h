@@ -21,7 +21,8 @@ struct PolicyRun {
 
 // Full KV first (the reference every other score is compared with; added if missing), then each
 // other policy once per budget. `base` supplies page size, sink, window and the other --kv-*
-// settings. Duplicate names are dropped.
+// settings; a policy written NAME:RANK (lychee:centroid) runs NAME with that --kv-rank, so that
+// one eval compares rankings. Duplicate names are dropped.
 std::vector<PolicyRun> ExpandPolicies(const std::vector<std::string>& policies,
                                       const std::vector<int>& budgets, const KvConfig& base);
 

@@ -12,6 +12,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cuda_test_util.h"
 #include "icecache/engine.h"
@@ -158,12 +161,17 @@ TEST_F(CudaOffload, SmallBudgetsAttendTheBudgetAndAgreeWithTheCpu) {
     for (int i = 0; i < kSteps; ++i) agree += g->top1[i] == c->top1[i];
     std::printf("[ smollm2 ] full: top-1 equal to the CPU's at %d of %d steps\n", agree, kSteps);
   }
-  for (const char* policy : kPolicies) {
-    SCOPED_TRACE(policy);
+  // Every policy, with icecache and lychee ranking by centroid (their device selection), and
+  // lychee's bound search (host selection) too.
+  std::vector<std::pair<std::string, std::string>> runs;
+  for (const char* policy : kPolicies) runs.push_back({policy, "centroid"});
+  runs.push_back({"lychee", "auto"});
+  for (const auto& [policy, rank] : runs) {
+    SCOPED_TRACE(policy + " " + rank);
     KvConfig kv;
     kv.policy = policy;
     kv.budget = 128;
-    kv.rank = "centroid";  // icecache: the device's ranking, on both backends
+    kv.rank = rank;
     auto g = ScoreWith(*gpu, r, &kv);
     auto c = ScoreWith(*cpu, r, &kv);
     ASSERT_TRUE(g.ok()) << g.status().message();
@@ -180,9 +188,10 @@ TEST_F(CudaOffload, SmallBudgetsAttendTheBudgetAndAgreeWithTheCpu) {
     int agree = 0;
     for (int i = 0; i < kSteps; ++i) agree += g->top1[i] == c->top1[i];
     std::printf(
-        "[ smollm2 ] %s budget 128: top-1 equal to the CPU's at %d of %d steps; "
+        "[ smollm2 ] %s (rank %s) budget 128: top-1 equal to the CPU's at %d of %d steps; "
         "%.1f pages and %.0f bytes fetched per step, hit rate %.2f\n",
-        policy, agree, kSteps, st.pages_fetched, st.bytes_fetched, st.hit_rate);
+        policy.c_str(), rank.c_str(), agree, kSteps, st.pages_fetched, st.bytes_fetched,
+        st.hit_rate);
     EXPECT_GE(agree, kSteps * 3 / 4);
   }
 }

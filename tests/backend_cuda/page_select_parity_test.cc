@@ -274,7 +274,7 @@ TEST(CudaPageSelect, KernelsMatchTheCpuReferenceWithMinMaxBounds) { CheckKernels
 TEST(CudaPageSelect, KernelsMatchTheCpuReferenceWithMeanKeys) { CheckKernels(1); }
 
 // A policy on the GPU selecting on the device against selecting on the host (same engine
-// shape); icecache on the host ranks by centroid as the device does.
+// shape); icecache and lychee on the host rank by centroid as the device does.
 void CompareDeviceAndHost(const std::string& policy) {
   ICECACHE_CUDA_OR_SKIP(gpu);
   gpu.reset();
@@ -284,6 +284,7 @@ void CompareDeviceAndHost(const std::string& policy) {
   o.kv.budget = 256;
   o.kv_offload = "on";
   o.kv_timing = true;
+  if (policy == "lychee") o.kv.rank = "centroid";  // lychee's "auto" is its host search
   EngineOptions h = o;
   h.kv_select = "host";
   h.kv.rank = "centroid";
@@ -371,6 +372,7 @@ TEST(CudaPageSelect, QuestOnTheDeviceAgreesWithQuestOnTheHost) { CompareDeviceAn
 TEST(CudaPageSelect, IceCacheOnTheDeviceAgreesWithIceCacheOnTheHost) {
   CompareDeviceAndHost("icecache");
 }
+TEST(CudaPageSelect, LycheeCentroidOnTheDeviceAgreesWithTheHost) { CompareDeviceAndHost("lychee"); }
 
 }  // namespace
 }  // namespace icecache

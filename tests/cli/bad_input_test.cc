@@ -160,6 +160,7 @@ TEST(CliBadInputTest, InvalidFlags) {
   ExpectCleanError(RunCommand(CliPath() + " frobnicate"), "frobnicate");
   ExpectCleanError(RunCommand(Gen("-p hi --prompt-file /nonexistent.txt")), "excludes");
   ExpectCleanError(RunCommand(Gen("-p hi --kv-rank sideways")), "--kv-rank");
+  ExpectCleanError(RunCommand(Gen("-p hi --kv-policy lychee --kv-rank soft")), "lychee ranks");
   ExpectCleanError(RunCommand(CliPath() + " bench --synthetic tiny --contexts 64 --decode 1 "
                                           "--kv-policy icecache --kv-exact --kv-rank centroid"),
                    "--kv-exact");

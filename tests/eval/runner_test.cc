@@ -99,5 +99,24 @@ TEST_F(RunnerTest, MissingPolicyIsReportedNotRun) {
   EXPECT_FALSE(bad.ok());
 }
 
+TEST_F(RunnerTest, PolicyWithARankRunsThatRanking) {
+  const std::vector<PolicyRun> runs =
+      ExpandPolicies({"lychee:centroid", "lychee", "icecache:soft"}, {64}, KvConfig{});
+  ASSERT_EQ(runs.size(), 4u);
+  EXPECT_EQ(runs[1].Label(), "lychee:centroid/64");
+  EXPECT_EQ(runs[1].kv.policy, "lychee");
+  EXPECT_EQ(runs[1].kv.rank, "centroid");
+  EXPECT_EQ(runs[2].kv.policy, "lychee");
+  EXPECT_EQ(runs[2].kv.rank, "auto");
+  EXPECT_EQ(runs[3].kv.rank, "soft");
+  auto avail = ProbePolicies(*engine_, runs);
+  ASSERT_TRUE(avail.ok()) << avail.status().message();
+  EXPECT_EQ(avail->available.size(), 4u);
+  // A rank the policy does not have is a clear error, not a silent fallback.
+  auto bad = ProbePolicies(*engine_, ExpandPolicies({"lychee:soft"}, {64}, KvConfig{}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("lychee:soft/64"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace icecache::eval

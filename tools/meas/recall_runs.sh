@@ -4,7 +4,7 @@
 # JSON of each run is kept in OUT_DIR, and tools/meas/recall_table.py turns them into a table.
 #
 #   tools/meas/recall_runs.sh BUILD_DIR PROMPT_FILE OUT_DIR [POLICIES] [BUDGETS] [TOKENS]
-# A policy written icecache:RANK runs with --kv-rank RANK.
+# A policy written NAME:RANK (icecache:soft, lychee:centroid) runs with --kv-rank RANK.
 set -u
 build=${1:?build dir}
 prompt=${2:?prompt file}
@@ -28,7 +28,7 @@ run() {  # name, extra args...
 }
 [ -e "$out/full.json" ] || run full --kv-policy full
 for b in $budgets; do
-  for spec in $policies; do  # a policy, or icecache:RANK (--kv-rank RANK)
+  for spec in $policies; do  # a policy, or NAME:RANK (--kv-rank RANK)
     p=${spec%%:*} extra=()
     [[ $spec == *:* ]] && extra=(--kv-rank "${spec#*:}")
     name=${spec/:/-}

@@ -304,7 +304,7 @@ void IceCacheIndex::Select(const KvSequence& seq, int layer, const float* q,
     const LeafTree& tree = indexed ? s.tree : kEmpty;
     const TreeQuery query{q + static_cast<size_t>(h) * group * d, group, d};
     if (centroid) {
-      SelectByCentroid(seq, layer, h, r, query, reader, &out[h], stats);
+      ranker_.Select(seq, layer, h, r, lim, query.q, group, reader, &out[h], stats);
       if (record) {
         for (size_t i = r.sink_end; i + (r.end - r.window_begin) < out[h].size(); ++i) {
           const int32_t* pos = reader.Positions(out[h][i].id);
@@ -339,54 +339,6 @@ void IceCacheIndex::Select(const KvSequence& seq, int layer, const float* q,
     }
     for (int32_t i = r.window_begin; i < r.end; ++i) o.push_back(pages[i]);
   }
-}
-
-const float* IceCacheIndex::MeanKey(const KvSequence& seq, KeyReader& reader, const PageRef& page) {
-  CachedMean& m = means_[page.id];
-  const uint32_t version = seq.pool().version(page.id);
-  if (m.mean.empty() || m.version != version) {
-    const int d = context_.layout.head_dim;
-    m.version = version;
-    m.mean.resize(d);
-    KeyMean(reader.Keys(page.id, page.len), page.len, d, seq.layout().dtype, m.mean.data());
-  }
-  return m.mean.data();
-}
-
-void IceCacheIndex::SelectByCentroid(const KvSequence& seq, int layer, int head,
-                                     const ListRegions& r, const TreeQuery& query,
-                                     KeyReader& reader, std::vector<PageRef>* out,
-                                     SelectionStats* stats) {
-  const std::vector<PageRef>& pages = seq.pages(layer, head);
-  const SelectionLimits& lim = context_.limits;
-  scores_.resize(pages.size());
-  order_.clear();
-  for (int32_t i = r.sink_end; i < r.window_begin; ++i) {
-    const PageRef& page = pages[i];
-    scores_[i] = page.len > 0
-                     ? CentroidScore(query.q, query.group, query.dim, MeanKey(seq, reader, page))
-                     : -std::numeric_limits<float>::infinity();
-    order_.push_back(i);
-  }
-  stats->nodes_visited += static_cast<int64_t>(order_.size());
-  // The walk of Backend::SelectPages: the best `want` entries, each taken if its tokens fit.
-  int64_t tokens = static_cast<int64_t>(lim.budget) - r.sink_tokens - r.window_tokens;
-  const int64_t pages_left =
-      static_cast<int64_t>(lim.max_pages) - r.sink_end - (r.end - r.window_begin);
-  const size_t want = static_cast<size_t>(std::clamp<int64_t>(
-      std::min<int64_t>(pages_left, kMaxSelectPicks), 0, static_cast<int64_t>(order_.size())));
-  std::partial_sort(order_.begin(), order_.begin() + want, order_.end(), [&](int32_t a, int32_t b) {
-    return scores_[a] > scores_[b] || (scores_[a] == scores_[b] && a < b);
-  });
-  out->clear();
-  for (int32_t i = 0; i < r.sink_end; ++i) out->push_back(pages[i]);
-  for (size_t k = 0; k < want && tokens > 0; ++k) {
-    const PageRef& page = pages[order_[k]];
-    if (page.len > tokens) continue;
-    out->push_back(page);
-    tokens -= page.len;
-  }
-  for (int32_t i = r.window_begin; i < r.end; ++i) out->push_back(pages[i]);
 }
 
 bool IceCacheIndex::SelectAllIfCovered(const KvSequence& seq, int layer, int head,
@@ -478,7 +430,7 @@ void IceCacheIndex::OnTruncate(const KvSequence& seq) {
 int64_t IceCacheIndex::MemoryBytes() const {
   int64_t b = static_cast<int64_t>(lists_.capacity()) * sizeof(ListState);
   for (const ListState& s : lists_) b += s.tree.MemoryBytes();
-  return b;
+  return b + ranker_.MemoryBytes();
 }
 
 }  // namespace ice

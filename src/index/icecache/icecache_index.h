@@ -21,9 +21,7 @@
 // of a GQA group share one selection: bounds and scores are the maximum over the group.
 //
 // config.rank == "centroid": instead of a search, every leaf and loose page between the sink and
-// the window is scored by CentroidScore over its mean key (kv/key_mean.h: rounded to the KV dtype,
-// cached per page version), a linear scan; the best max_pages_left of them, by (score descending,
-// list index ascending), are walked in that order and each is taken if it fits the tokens left.
+// the window is ranked by its mean key, a linear scan (CentroidRanker, index/centroid_rank.h).
 // This is exactly what DeviceSelection computes in device memory (tests compare them).
 //
 // config.reuse_layers = N > 1: the sparse layers form groups of N consecutive layers; the first
@@ -38,9 +36,9 @@
 #include <cstdint>
 #include <span>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
+#include "index/centroid_rank.h"
 #include "index/icecache/leaf_tree.h"
 #include "index/icecache/list_layout.h"
 #include "index/icecache/tree_search.h"
@@ -114,12 +112,6 @@ class IceCacheIndex : public SequenceIndex {
   // by their ball's bound in exact mode, else exactly.
   void ScoreLoose(const std::vector<PageRef>& pages, int32_t begin, int32_t end,
                   const TreeQuery& query, KeyReader& reader, SelectionStats* stats);
-  // The centroid ranking (rank "centroid") of one list, whose regions are `r`, into `out`.
-  void SelectByCentroid(const KvSequence& seq, int layer, int head, const ListRegions& r,
-                        const TreeQuery& query, KeyReader& reader, std::vector<PageRef>* out,
-                        SelectionStats* stats);
-  // A page's mean key as selection stores it, cached until the page changes.
-  const float* MeanKey(const KvSequence& seq, KeyReader& reader, const PageRef& page);
   // The first layer of `layer`'s reuse group, or -1 when `layer` searches itself.
   int ReuseLeader(int layer) const;
   // Selects, for each KV head, the pages holding the most of the leader's positions.
@@ -161,13 +153,7 @@ class IceCacheIndex : public SequenceIndex {
   std::vector<uint8_t> marked_;
   std::vector<std::pair<int32_t, int32_t>> overlap_;
   SearchScratch search_;
-  struct CachedMean {
-    uint32_t version = 0;
-    std::vector<float> mean;
-  };
-  std::unordered_map<int32_t, CachedMean> means_;  // page id -> mean key (rank "centroid")
-  std::vector<float> scores_;
-  std::vector<int32_t> order_;
+  CentroidRanker ranker_;  // rank "centroid"
 };
 
 }  // namespace icecache::ice

@@ -120,7 +120,7 @@ Status LycheeIndex::OnAppend(KvSequence& seq, int64_t first, std::span<const int
   }
   const size_t first_chunk = spans_.size();
   Absorb(seq);
-  if (spans_.size() > first_chunk) UpdateIndexes(seq, first_chunk);
+  if (spans_.size() > first_chunk && !centroid()) UpdateIndexes(seq, first_chunk);
   return Status::Ok();
 }
 
@@ -156,7 +156,7 @@ Status LycheeIndex::Adopt(const KvSequence& seq) {
   const int64_t tail_pos = seq.tail_pos(l0, 0);
   DropIdsBefore(tail_pos);
   frontier_ = absorbed_ = tail_pos;
-  if (!spans_.empty()) UpdateIndexes(seq, 0);
+  if (!spans_.empty() && !centroid()) UpdateIndexes(seq, 0);
   return Status::Ok();
 }
 
@@ -278,6 +278,7 @@ void LycheeIndex::Select(const KvSequence& seq, int layer, const float* q,
   const int group = context_.n_heads / heads;
   const SelectionLimits& lim = context_.limits;
   const KvPoolView pool = seq.pool().view();
+  KeyReader reader(pool);
   for (int h = 0; h < heads; ++h) {
     out[h].clear();
     const std::vector<PageRef>& pages = seq.pages(layer, h);
@@ -287,6 +288,10 @@ void LycheeIndex::Select(const KvSequence& seq, int layer, const float* q,
     }
     const ListRegions r = RegionsOf(seq, layer, h, lim);
     const float* qh = q + static_cast<size_t>(h) * group * d;
+    if (centroid()) {
+      ranker_.Select(seq, layer, h, r, lim, qh, group, reader, &out[h], stats);
+      continue;
+    }
     // Loose pages: pending pages and tail pages older than the window, scored exactly.
     const bool indexed = started_ && Indexed(layer);
     const int32_t loose_begin = std::max(r.sink_end, indexed ? chunk_pages_end_ : 0);
@@ -332,7 +337,7 @@ int64_t LycheeIndex::MemoryBytes() const {
   int64_t b = static_cast<int64_t>(spans_.capacity()) * sizeof(ChunkSpan) +
               static_cast<int64_t>(ids_.capacity()) * 4;
   for (const ClusterIndex& h : heads_) b += h.MemoryBytes();
-  return b;
+  return b + ranker_.MemoryBytes();
 }
 
 }  // namespace lychee

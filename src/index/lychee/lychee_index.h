@@ -9,6 +9,11 @@
 // cut into chunks at text boundaries and copied into chunk pages (chunk_layout.h); the sink pages
 // stay in place. New chunks join the index of each (layer, KV head) lazily, or the index is
 // rebuilt (first time, doubled chunk count, or drift). Layers kept dense are left alone.
+//
+// config.rank == "centroid": no cluster index is built; Select ranks every chunk page and loose
+// page between the sink and the window by its mean key, a linear scan (CentroidRanker,
+// index/centroid_rank.h), which is what DeviceSelection computes in device memory. A chunk that
+// spans two pages is then ranked page by page.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "index/centroid_rank.h"
 #include "index/lychee/chunk_layout.h"
 #include "index/lychee/chunker.h"
 #include "index/lychee/cluster_index.h"
@@ -50,6 +56,7 @@ class LycheeIndex : public SequenceIndex {
 
  private:
   bool Indexed(int layer) const { return layer >= context_.config.dense_layers; }
+  bool centroid() const { return context_.config.rank == "centroid"; }
   ClusterIndex& head(int layer, int h) {
     return heads_[static_cast<size_t>(layer) * context_.layout.n_kv_heads + h];
   }
@@ -86,6 +93,7 @@ class LycheeIndex : public SequenceIndex {
   std::vector<Pick> picks_;
   std::vector<float> convert_;
   SearchScratch search_;
+  CentroidRanker ranker_;  // rank "centroid"
 };
 
 }  // namespace icecache::lychee
