@@ -131,6 +131,8 @@ struct GenerateStats {
   // Steady-state decode step: the median step time over the second half of the decode steps
   // (decode_tokens_per_second averages every step, the first ones' warm-up included).
   double decode_step_ms_steady = 0;
+  // Every decode step's time in ms, in order (a step shared by a batch is listed for each).
+  std::vector<double> decode_step_ms;
   int64_t kv_bytes = 0;  // KV held by this sequence at the end
   int64_t kv_bytes_per_token = 0;
   int64_t peak_rss_bytes = 0;

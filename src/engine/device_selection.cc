@@ -134,11 +134,18 @@ Status DeviceSelection::Prepare(const KvSequence& seq, int pending) {
       const int64_t base = r * stride_;
       const std::vector<PageRef>& pages = seq.pages(l, h);
       const int32_t count = static_cast<int32_t>(pages.size());
-      // An unchanged stamp: only the last known page and the pages after it may differ.
-      const bool rearranged = seq.stamp(l, h) != seen_stamp_[r];
-      seen_stamp_[r] = seq.stamp(l, h);
-      const int32_t from = rearranged ? 0 : std::max(0, std::min(synced_[r] - 1, count));
-      for (int32_t e = from; e < count; ++e) {
+      // An unchanged stamp: only the last known page and the pages after it may differ. A list
+      // the index re-arranged since: what its edit names (HeadEdit), or everything.
+      const uint64_t stamp = seq.stamp(l, h);
+      int32_t from = std::max(0, std::min(synced_[r] - 1, count));
+      std::span<const int32_t> also;
+      if (stamp != seen_stamp_[r]) {
+        const HeadEdit* edit = seq.EditSince(l, h, seen_stamp_[r]);
+        from = edit != nullptr ? std::min(from, edit->from) : 0;
+        if (edit != nullptr) also = edit->entries;
+      }
+      seen_stamp_[r] = stamp;
+      auto visit = [&](int32_t e) {
         const PageRef& p = pages[e];
         if (e >= synced_[r] || host_ids_[base + e] != p.id || host_lens_[base + e] != p.len) {
           host_ids_[base + e] = p.id;
@@ -158,7 +165,11 @@ Status DeviceSelection::Prepare(const KvSequence& seq, int pending) {
           to_bound_ids.push_back(p.id);
           to_bound_lens.push_back(p.len);
         }
+      };
+      for (int32_t e : also) {
+        if (e < from && e < count) visit(e);
       }
+      for (int32_t e = from; e < count; ++e) visit(e);
       synced_[r] = count;
       int32_t* row = lim + r * 5;
       row[0] = count;

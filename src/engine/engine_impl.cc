@@ -469,6 +469,8 @@ Result<std::vector<GenerateResult>> EngineImpl::RunBatch(std::span<SequenceState
       st.decode_tokens_per_second = static_cast<double>(g.forwards) / decode_seconds;
     }
     st.decode_step_ms_steady = 1e3 * SteadyStepSeconds(g.state()->acct.step_s);
+    st.decode_step_ms.clear();
+    for (double s : g.state()->acct.step_s) st.decode_step_ms.push_back(1e3 * s);
     st.peak_rss_bytes = peak;
     st.device_peak_bytes = backend_->device_memory().peak;
     st.kv = g.state()->Stats(info_.n_layers, info_.n_kv_heads);

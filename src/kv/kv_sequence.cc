@@ -51,7 +51,7 @@ Status KvSequence::Grow(int64_t n) {
     // Tail pages that gain tokens: from the one holding length_ to the end.
     const size_t first = l.tail_index + static_cast<size_t>((length_ - l.tail_pos) / p);
     // Only the last old page and the appended ones change; anything before them is an edit.
-    if (first + need[i] + 1 < l.pages.size()) l.stamp = NextStamp();
+    if (first + need[i] + 1 < l.pages.size()) Restamp(l);
     for (size_t k = first; k < l.pages.size(); ++k) {
       const int64_t begin = l.tail_pos + static_cast<int64_t>(k - l.tail_index) * p;
       l.pages[k].len = static_cast<int32_t>(std::clamp<int64_t>(new_len - begin, 0, p));
@@ -79,7 +79,7 @@ void KvSequence::Truncate(int64_t n) {
       l = List();  // a fresh stamp
       continue;
     }
-    l.stamp = NextStamp();
+    Restamp(l);
     const size_t keep = l.tail_index + static_cast<size_t>((n - l.tail_pos + p - 1) / p);
     while (l.pages.size() > keep) {
       pool_->Free(l.pages.back().id);
@@ -110,7 +110,7 @@ void KvSequence::Slots(int layer, int64_t first, int64_t n, int32_t* slots) cons
 
 std::vector<PageRef>& KvSequence::MutableHead(int layer, int head, int32_t* tail_index) {
   List& l = list(layer, head);
-  l.stamp = NextStamp();
+  Restamp(l);
   *tail_index = l.tail_index;
   return l.pages;
 }
@@ -127,10 +127,22 @@ void KvSequence::AdvanceTail(int layer, int head, int32_t pages) {
 }
 
 void KvSequence::ReplaceHead(int layer, int head, std::vector<PageRef> pages,
-                             std::span<const int32_t> freed) {
+                             std::span<const int32_t> freed, HeadEdit edit) {
   List& l = list(layer, head);
 #ifndef NDEBUG
   {
+    ICECACHE_CHECK(edit.from >= 0 && edit.from <= static_cast<int32_t>(pages.size()) &&
+                   edit.from <= l.tail_index);
+    size_t k = 0;
+    for (int32_t i = 0; i < edit.from; ++i) {
+      if (k < edit.entries.size() && edit.entries[k] == i) {
+        ++k;
+        continue;
+      }
+      ICECACHE_CHECK_MSG(pages[i].id == l.pages[i].id && pages[i].len == l.pages[i].len,
+                         "ReplaceHead: an entry outside `edit` changed");
+    }
+    ICECACHE_CHECK_MSG(k == edit.entries.size(), "ReplaceHead: `edit.entries` not ascending");
     std::unordered_set<int32_t> kept, dropped;
     for (const PageRef& r : pages) kept.insert(r.id);
     for (int32_t i = 0; i < l.tail_index; ++i) {
@@ -145,7 +157,38 @@ void KvSequence::ReplaceHead(int layer, int head, std::vector<PageRef> pages,
   pages.insert(pages.end(), l.pages.begin() + l.tail_index, l.pages.end());
   l.pages = std::move(pages);
   l.tail_index = new_tail;
+  l.edit_base = l.stamp;
   l.stamp = NextStamp();
+  l.edit = std::move(edit);
+}
+
+void KvSequence::ReplaceHeadAfter(int layer, int head, int32_t keep, std::span<const PageRef> rest,
+                                  std::span<const int32_t> freed) {
+  List& l = list(layer, head);
+  ICECACHE_CHECK(keep >= 0 && keep <= l.tail_index);
+#ifndef NDEBUG
+  {
+    std::unordered_set<int32_t> kept, dropped;
+    for (const PageRef& r : rest) kept.insert(r.id);
+    for (int32_t i = keep; i < l.tail_index; ++i) {
+      if (kept.count(l.pages[i].id) == 0) dropped.insert(l.pages[i].id);
+    }
+    ICECACHE_CHECK_MSG(dropped == std::unordered_set<int32_t>(freed.begin(), freed.end()),
+                       "ReplaceHeadAfter: `freed` is not the set of pages the new head drops");
+  }
+#endif
+  for (int32_t id : freed) pool_->Free(id);
+  l.pages.erase(l.pages.begin() + keep, l.pages.begin() + l.tail_index);
+  l.pages.insert(l.pages.begin() + keep, rest.begin(), rest.end());
+  l.tail_index = keep + static_cast<int32_t>(rest.size());
+  l.edit_base = l.stamp;
+  l.stamp = NextStamp();
+  l.edit = {keep, {}};
+}
+
+const HeadEdit* KvSequence::EditSince(int layer, int head, uint64_t seen) const {
+  const List& l = list(layer, head);
+  return seen != 0 && l.edit_base == seen ? &l.edit : nullptr;
 }
 
 int64_t KvSequence::num_pages() const {
@@ -186,7 +229,7 @@ Status KvSequence::CopyFrom(const KvSequence& other, Backend& backend) {
   for (size_t i = 0; i < lists_.size(); ++i) {
     lists_[i].tail_index = other.lists_[i].tail_index;
     lists_[i].tail_pos = other.lists_[i].tail_pos;
-    lists_[i].stamp = NextStamp();
+    Restamp(lists_[i]);
     for (const PageRef& p : other.lists_[i].pages) lists_[i].pages.push_back({dst[next++], p.len});
   }
   length_ = other.length_;

@@ -22,6 +22,15 @@ struct PageRef {
   int32_t len = 0;  // valid tokens
 };
 
+// Which entries an edit of a list changed, so that readers that mirror the list (device
+// selection) compare only those: every entry from `from` on, and `entries` (ascending, each
+// < from). An entry outside both keeps its page id, token count and contents. `from` must not
+// be after the first tail page the list had before the edit (AdvanceTail calls included).
+struct HeadEdit {
+  int32_t from = 0;
+  std::vector<int32_t> entries;
+};
+
 class KvSequence {
  public:
   // `pool` must outlive the sequence.
@@ -69,9 +78,20 @@ class KvSequence {
   // Replaces the pages before the tail with `pages` (same tokens, re-arranged) and frees
   // `freed`: exactly the pages of the old head that `pages` no longer lists (the caller knows
   // them, so a step that re-arranges a few pages of a long list costs no set of its ids).
-  // REQUIRES: every listed page is this sequence's or freshly allocated from its pool. Debug
-  // builds check `freed` against the lists.
-  void ReplaceHead(int layer, int head, std::vector<PageRef> pages, std::span<const int32_t> freed);
+  // `edit` says which entries changed (the default: possibly all). REQUIRES: every listed page
+  // is this sequence's or freshly allocated from its pool. Debug builds check `freed` and the
+  // ids and counts outside `edit` against the lists.
+  void ReplaceHead(int layer, int head, std::vector<PageRef> pages, std::span<const int32_t> freed,
+                   HeadEdit edit = {});
+  // ReplaceHead for an edit that keeps the first `keep` entries as they are: the entries from
+  // `keep` to the tail become `rest`, without copying the kept head (its hint: {keep, {}}).
+  void ReplaceHeadAfter(int layer, int head, int32_t keep, std::span<const PageRef> rest,
+                        std::span<const int32_t> freed);
+  // For a reader that saw list (layer, head) at stamp `seen` (!= its stamp now): the HeadEdit
+  // that took it from `seen` to its stamp now, or nullptr when that is not one ReplaceHead with
+  // a hint (then any entry may differ). Appends after the edit change entries from the one
+  // holding the sequence's end on, as always.
+  const HeadEdit* EditSince(int layer, int head, uint64_t seen) const;
 
   // Pages held across all layers and heads.
   int64_t num_pages() const;
@@ -86,7 +106,14 @@ class KvSequence {
     int32_t tail_index = 0;
     int64_t tail_pos = 0;
     uint64_t stamp = NextStamp();
+    uint64_t edit_base = 0;  // the stamp `edit` started from (0: no hint)
+    HeadEdit edit;
   };
+  // A new stamp for an edit with no hint.
+  static void Restamp(List& l) {
+    l.stamp = NextStamp();
+    l.edit_base = 0;
+  }
   static uint64_t NextStamp();
   const List& list(int layer, int head) const {
     return lists_[static_cast<size_t>(layer) * layout().n_kv_heads + head];

@@ -17,7 +17,7 @@ using testing::CliPath;
 using testing::RunCommand;
 
 // `--context` (one length, the spelling of issue 6's acceptance command) is `--contexts`; the
-// stats show the prompt's index build time.
+// stats show the prompt's index build time, and the JSON every decode step's time.
 TEST(KvMeasureCliTest, BenchTakesContextAsWell) {
   auto r = RunCommand(CliPath() +
                       " bench --synthetic tiny --context 300 --decode 2 --repeats 1"
@@ -26,6 +26,16 @@ TEST(KvMeasureCliTest, BenchTakesContextAsWell) {
   const Json j = Json::parse(r.out);
   ASSERT_EQ(j["results"].size(), 1u);
   EXPECT_EQ(j["results"][0]["context"], 300);
+  // Every decode step's time, in order; the mean step time is their mean (one run).
+  const Json& steps = j["results"][0]["decode_step_ms"];
+  ASSERT_EQ(steps.size(), 2u);
+  double sum = 0;
+  for (const Json& s : steps) {
+    EXPECT_GT(s.get<double>(), 0);
+    sum += s.get<double>();
+  }
+  EXPECT_NEAR(sum / 2, j["results"][0]["decode_ms_per_step"].get<double>(),
+              0.5 * j["results"][0]["decode_ms_per_step"].get<double>());
   EXPECT_NE(r.err.find("time per step"), std::string::npos) << r.err;
   // The prompt (longer than the budget) was indexed after its prefill, and that time is shown.
   EXPECT_NE(r.err.find("prompt index     built in"), std::string::npos) << r.err;

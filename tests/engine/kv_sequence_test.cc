@@ -92,5 +92,56 @@ TEST_F(KvSequenceTest, DestructorReturnsPages) {
   EXPECT_EQ(pool_->used(), 0);
 }
 
+// Head edits carry which entries they changed, for readers that mirror the lists; edits with
+// no hint, and readers that missed an edit, get nothing (they compare everything).
+TEST_F(KvSequenceTest, HeadEditsNameWhatChanged) {
+  KvSequence s(pool_.get());
+  ASSERT_TRUE(s.Grow(18).ok());  // 5 pages: 4 full, 1 of 2 tokens
+  s.AdvanceTail(0, 1, 3);
+  const uint64_t before = s.stamp(0, 1);
+  const std::vector<PageRef> old = s.pages(0, 1);
+  // Keep entry 0; entries 1 and 2 become one fresh page holding their 8 tokens' place.
+  auto fresh = pool_->Allocate();
+  ASSERT_TRUE(fresh.ok());
+  const PageRef rest[] = {{*fresh, 4}, {old[1].id, 4}};
+  const int32_t freed[] = {old[2].id};
+  s.ReplaceHeadAfter(0, 1, 1, rest, freed);
+  EXPECT_NE(s.stamp(0, 1), before);
+  ASSERT_EQ(s.pages(0, 1).size(), 5u);
+  EXPECT_EQ(s.pages(0, 1)[0].id, old[0].id);
+  EXPECT_EQ(s.pages(0, 1)[1].id, *fresh);
+  EXPECT_EQ(s.pages(0, 1)[3].id, old[3].id);  // the tail follows
+  EXPECT_EQ(s.tail_index(0, 1), 3);
+  const HeadEdit* e = s.EditSince(0, 1, before);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->from, 1);
+  EXPECT_TRUE(e->entries.empty());
+  EXPECT_EQ(s.EditSince(0, 1, before - 1), nullptr);  // a reader that missed an edit
+  EXPECT_EQ(s.EditSince(0, 1, 0), nullptr);           // a reader that never saw the list
+
+  // A full ReplaceHead with a hint: entry 2 becomes another page, and everything from 3 on may
+  // differ.
+  const uint64_t second = s.stamp(0, 1);
+  std::vector<PageRef> head = s.pages(0, 1);
+  head.resize(3);
+  auto other = pool_->Allocate();
+  ASSERT_TRUE(other.ok());
+  const int32_t dropped[] = {head[2].id};
+  head[2] = {*other, 4};
+  s.ReplaceHead(0, 1, head, dropped, {3, {2}});
+  e = s.EditSince(0, 1, second);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->from, 3);
+  EXPECT_EQ(e->entries, std::vector<int32_t>{2});
+  EXPECT_EQ(s.EditSince(0, 1, before), nullptr);
+
+  // Edits without a hint.
+  const uint64_t third = s.stamp(0, 1);
+  s.Truncate(17);
+  EXPECT_EQ(s.EditSince(0, 1, third), nullptr);
+  // Other lists are untouched.
+  EXPECT_EQ(s.pages(1, 1).size(), 5u);
+}
+
 }  // namespace
 }  // namespace icecache

@@ -96,11 +96,16 @@ bool InsertIntoList(KvSequence& seq, int layer, int head, int32_t sink_pages, in
     tree->RefreshInner();
   }
 
+  // The list entries this changes: the leaves that gain or lose tokens, and everything from the
+  // old tail on (new leaves, then the tail without the absorbed pages).
+  const int32_t old_leaves = tree->leaves();
+  HeadEdit edit{tail, {}};
   size_t row = 0;
   for (const PageRef& src : sources) {
     for (int t = 0; t < src.len; ++t, ++row) {
       const float* key = keys.data() + row * d;
       const int32_t leaf = tree->NearestLeaf(key, ExtraCoord(m, DotF(key, key, d)));
+      if (leaf < old_leaves) edit.entries.push_back(sink_pages + leaf);
       PageRef& lp = leaf_pages[leaf];
       if (lp.len < p) {
         RowCopier(view).Copy(src.id, t, lp.id, lp.len);
@@ -117,7 +122,9 @@ bool InsertIntoList(KvSequence& seq, int layer, int head, int32_t sink_pages, in
   // Every absorbed row now sits in a leaf page: the absorbed pages go back to the pool.
   std::vector<int32_t> freed;
   for (const PageRef& src : sources) freed.push_back(src.id);
-  seq.ReplaceHead(layer, head, std::move(head_pages), freed);
+  std::sort(edit.entries.begin(), edit.entries.end());
+  edit.entries.erase(std::unique(edit.entries.begin(), edit.entries.end()), edit.entries.end());
+  seq.ReplaceHead(layer, head, std::move(head_pages), freed, std::move(edit));
   return true;
 }
 

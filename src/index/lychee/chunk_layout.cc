@@ -29,30 +29,30 @@ Status ApplyAbsorb(KvSequence& seq, int layer, int head, const AbsorbPlan& plan)
     }
     fresh.push_back(*id);
   }
-  int32_t tail_index = 0;
-  {
-    const std::vector<PageRef>& before = seq.MutableHead(layer, head, &tail_index);
-    ICECACHE_CHECK(tail_index == plan.keep_pages + plan.old_pending_pages);
-    ICECACHE_CHECK(seq.tail_pos(layer, head) == plan.tail_pos);
-    ICECACHE_CHECK(static_cast<int32_t>(before.size()) >= tail_index + plan.advance_pages);
-  }
+  ICECACHE_CHECK(seq.tail_index(layer, head) == plan.keep_pages + plan.old_pending_pages);
+  ICECACHE_CHECK(seq.tail_pos(layer, head) == plan.tail_pos);
+  ICECACHE_CHECK(static_cast<int32_t>(seq.pages(layer, head).size()) >=
+                 seq.tail_index(layer, head) + plan.advance_pages);
   seq.AdvanceTail(layer, head, plan.advance_pages);
-  const std::vector<PageRef> pages = seq.MutableHead(layer, head, &tail_index);
+  // Only the pages from keep_pages on are read (sources) or replaced; the head before them stays.
+  const std::vector<PageRef>& list = seq.pages(layer, head);
+  const std::vector<PageRef> pages(list.begin() + plan.keep_pages,
+                                   list.begin() + seq.tail_index(layer, head));
   const RowCopier copier(pool.view());
   // Source of the token at `pos`: the pending pages, then the absorbed tail pages, both in
   // position order.
   auto source = [&](int64_t pos, int32_t* page, int* slot) {
     if (pos < plan.tail_pos) {
       const int64_t rel = pos - plan.pending_pos;
-      *page = pages[plan.keep_pages + rel / p].id;
+      *page = pages[rel / p].id;
       *slot = static_cast<int>(rel % p);
     } else {
       const int64_t rel = pos - plan.tail_pos;
-      *page = pages[plan.keep_pages + plan.old_pending_pages + rel / p].id;
+      *page = pages[plan.old_pending_pages + rel / p].id;
       *slot = static_cast<int>(rel % p);
     }
   };
-  std::vector<PageRef> head_pages(pages.begin(), pages.begin() + plan.keep_pages);
+  std::vector<PageRef> head_pages;  // what follows the kept head
   size_t next = 0;
   int64_t pos = plan.pending_pos;
   // Writes `len` tokens from `pos` on into fresh pages, page_size per page.
@@ -77,10 +77,8 @@ Status ApplyAbsorb(KvSequence& seq, int layer, int head, const AbsorbPlan& plan)
   ICECACHE_CHECK(pos == plan.tail_pos + static_cast<int64_t>(plan.advance_pages) * p);
   // The pending and absorbed pages were copied into fresh ones.
   std::vector<int32_t> freed;
-  for (int32_t i = plan.keep_pages; i < plan.keep_pages + plan.PagesFreed(); ++i) {
-    freed.push_back(pages[i].id);
-  }
-  seq.ReplaceHead(layer, head, std::move(head_pages), freed);
+  for (int32_t i = 0; i < plan.PagesFreed(); ++i) freed.push_back(pages[i].id);
+  seq.ReplaceHeadAfter(layer, head, plan.keep_pages, head_pages, freed);
   return Status::Ok();
 }
 
