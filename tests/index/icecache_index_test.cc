@@ -203,46 +203,56 @@ std::vector<std::vector<int32_t>> Layout(const KvSequence& seq) {
   return out;
 }
 
+// With worker threads, lists are absorbed in parallel and KV heads search in parallel (beam
+// search, and the bounded search of exact mode): the same layouts, pages and work as one thread.
 TEST(IceCacheIndexTest, ListsMaintainedInParallelEqualOneByOne) {
   const IceSetup s = MakeSetup(8);
-  const KvConfig kv = IceConfig(64, 8);
-  ThreadPool workers(4);
-  std::vector<std::vector<std::vector<int32_t>>> layouts, selections;
-  for (ThreadPool* w : {static_cast<ThreadPool*>(nullptr), &workers}) {
-    IndexContext context = s.Context(kv);
-    context.workers = w;
-    IceCacheIndex index(context);
-    auto h = s.MakeHarness(kv, 1200);
-    TestRng rng(11), qrng(12);
-    TopicKeys keys(kDim, 4, 5);
-    std::vector<std::vector<int32_t>> picked;
-    // Prefill-sized chunks (bulk builds and insertions of many tokens), then decode steps.
-    for (int64_t chunk : {300, 200, 250, 100}) AppendTokens(*h, index, chunk, keys, rng);
-    for (int step = 0; step < 40; ++step) {
-      AppendTokens(*h, index, 1, keys, rng);
-      std::vector<float> q(kHeads * kDim);
-      for (float& x : q) x = qrng.Normal();
-      std::vector<std::vector<PageRef>> out(kKvHeads);
+  for (const bool exact : {false, true}) {
+    SCOPED_TRACE(exact ? "exact" : "beam");
+    KvConfig kv = IceConfig(64, 8);
+    kv.exact = exact;
+    ThreadPool workers(4);
+    std::vector<std::vector<std::vector<int32_t>>> layouts, selections;
+    std::vector<std::pair<int64_t, int64_t>> work;
+    for (ThreadPool* w : {static_cast<ThreadPool*>(nullptr), &workers}) {
+      IndexContext context = s.Context(kv);
+      context.workers = w;
+      IceCacheIndex index(context);
+      auto h = s.MakeHarness(kv, 1200);
+      TestRng rng(11), qrng(12);
+      TopicKeys keys(kDim, 4, 5);
+      std::vector<std::vector<int32_t>> picked;
       SelectionStats stats;
-      index.Select(h->seq(), step % kLayers, q.data(), out, &stats);
-      for (const auto& o : out) {
-        picked.emplace_back();
-        for (const PageRef& p : o) {
-          const std::vector<int32_t> pos = PositionsOf(h->seq(), p);
-          picked.back().insert(picked.back().end(), pos.begin(), pos.end());
+      // Prefill-sized chunks (bulk builds and insertions of many tokens), then decode steps.
+      for (int64_t chunk : {300, 200, 250, 100}) AppendTokens(*h, index, chunk, keys, rng);
+      for (int step = 0; step < 40; ++step) {
+        AppendTokens(*h, index, 1, keys, rng);
+        std::vector<float> q(kHeads * kDim);
+        for (float& x : q) x = qrng.Normal();
+        std::vector<std::vector<PageRef>> out(kKvHeads);
+        index.Select(h->seq(), step % kLayers, q.data(), out, &stats);
+        for (const auto& o : out) {
+          picked.emplace_back();
+          for (const PageRef& p : o) {
+            const std::vector<int32_t> pos = PositionsOf(h->seq(), p);
+            picked.back().insert(picked.back().end(), pos.begin(), pos.end());
+          }
         }
       }
+      EXPECT_GT(index.rebuilds(), 0);
+      EXPECT_GT(index.insertions(), 0);
+      if (w != nullptr) {
+        EXPECT_GT(index.parallel_appends(), 0);
+      }
+      layouts.push_back(Layout(h->seq()));
+      selections.push_back(std::move(picked));
+      work.emplace_back(stats.nodes_visited, stats.keys_scored);
     }
-    EXPECT_GT(index.rebuilds(), 0);
-    EXPECT_GT(index.insertions(), 0);
-    if (w != nullptr) {
-      EXPECT_GT(index.parallel_appends(), 0);
-    }
-    layouts.push_back(Layout(h->seq()));
-    selections.push_back(std::move(picked));
+    EXPECT_EQ(layouts[0], layouts[1]);
+    EXPECT_EQ(selections[0], selections[1]);
+    EXPECT_EQ(work[0], work[1]);
+    EXPECT_GT(work[0].first + work[0].second, 0);
   }
-  EXPECT_EQ(layouts[0], layouts[1]);
-  EXPECT_EQ(selections[0], selections[1]);
 }
 
 TEST(IceCacheIndexTest, TakesOverAForkedSequence) {

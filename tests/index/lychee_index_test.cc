@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "index/lychee/lychee_index.h"
 #include "index/lychee/vec_math.h"
 #include "index/regions.h"
@@ -386,6 +387,44 @@ TEST_F(LycheeIndexTest, SelectRespectsTheBudgetAndListsOwnPages) {
       }
     }
   }
+}
+
+// With worker threads the KV heads search in parallel; the pages, their order and the work
+// counted are those of the search on one thread.
+TEST_F(LycheeIndexTest, SearchOnWorkerThreadsEqualsOneThread) {
+  const KvConfig kv = Config(64);
+  ThreadPool pool(4);
+  IndexContext threaded = Context(kv);
+  threaded.workers = &pool;
+  auto serial = MakeIndex(kv);
+  auto parallel = std::make_unique<LycheeIndex>(threaded);
+  auto a = MakeHarness(kv, 1200), b = MakeHarness(kv, 1200);
+  TestRng rng_a(21), rng_b(21), rng_q(22);
+  TopicKeys keys_a(kDim, 4, 21), keys_b(kDim, 4, 21);
+  int searched = 0;
+  while (a->seq().length() < 1000) {
+    const int64_t n = 1 + rng_q.Below(30);
+    Append(*a, *serial, n, keys_a, rng_a);
+    Append(*b, *parallel, n, keys_b, rng_b);
+    std::vector<float> q(kHeads * kDim);
+    for (float& x : q) x = rng_q.Normal();
+    const int layer = rng_q.Below(kLayers);
+    std::vector<std::vector<PageRef>> out_a(kKvHeads), out_b(kKvHeads);
+    SelectionStats st_a, st_b;
+    serial->Select(a->seq(), layer, q.data(), out_a, &st_a);
+    parallel->Select(b->seq(), layer, q.data(), out_b, &st_b);
+    for (int hd = 0; hd < kKvHeads; ++hd) {
+      ASSERT_EQ(out_a[hd].size(), out_b[hd].size());
+      for (size_t i = 0; i < out_a[hd].size(); ++i) {
+        ASSERT_EQ(out_a[hd][i].id, out_b[hd][i].id);
+        ASSERT_EQ(out_a[hd][i].len, out_b[hd][i].len);
+      }
+    }
+    ASSERT_EQ(st_a.nodes_visited, st_b.nodes_visited);
+    ASSERT_EQ(st_a.keys_scored, st_b.keys_scored);
+    searched += st_a.keys_scored > 0;
+  }
+  EXPECT_GT(searched, 10);  // most steps searched (the context passed the budget early)
 }
 
 TEST_F(LycheeIndexTest, ReclusteringTriggersOnDrift) {

@@ -12,6 +12,7 @@
 #include "index/key_reader.h"
 #include "index/policies.h"
 #include "index/regions.h"
+#include "index/search_heads.h"
 #include "kv/key_mean.h"
 
 namespace icecache {
@@ -293,52 +294,73 @@ void IceCacheIndex::Select(const KvSequence& seq, int layer, const float* q,
     reuse_.length = seq.length();
     reuse_.positions.assign(heads, {});
   }
+  searched_.clear();
   for (int h = 0; h < heads; ++h) {
     out[h].clear();
-    const std::vector<PageRef>& pages = seq.pages(layer, h);
     if (SelectAllIfCovered(seq, layer, h, &out[h])) continue;
-    const ListRegions r = RegionsOf(seq, layer, h, lim);
-    const ListState& s = state(layer, h);
-    const bool indexed = Indexed(layer) && s.started;
-    static const LeafTree kEmpty;
-    const LeafTree& tree = indexed ? s.tree : kEmpty;
-    const TreeQuery query{q + static_cast<size_t>(h) * group * d, group, d};
-    if (centroid) {
-      ranker_.Select(seq, layer, h, r, lim, query.q, group, reader, &out[h], stats);
-      if (record) {
-        for (size_t i = r.sink_end; i + (r.end - r.window_begin) < out[h].size(); ++i) {
-          const int32_t* pos = reader.Positions(out[h][i].id);
-          reuse_.positions[h].insert(reuse_.positions[h].end(), pos, pos + out[h][i].len);
-        }
-      }
+    if (!centroid) {
+      searched_.push_back(h);
       continue;
     }
-    // Loose pages: tail pages older than the window that are in no leaf yet.
-    const int32_t tail = seq.tail_index(layer, h);
-    const int32_t loose_begin = std::max(r.sink_end, indexed ? tail : 0);
-    ScoreLoose(pages, loose_begin, r.window_begin, query, reader, stats);
-    const int64_t tokens = static_cast<int64_t>(lim.budget) - r.sink_tokens - r.window_tokens;
-    const int64_t page_room =
-        static_cast<int64_t>(lim.max_pages) - r.sink_end - (r.end - r.window_begin);
-    if (context_.config.exact) {
-      ExactSelect(tree, query, loose_, tokens, page_room, &search_, &picks_, stats);
-    } else {
-      PageScorer scorer(pool, pages, sink_pages_, query);
-      BeamSelect(tree, query, BeamWidth(tree.keys(), page_room), loose_, tokens, page_room, scorer,
-                 &search_, &picks_, stats);
-    }
-    std::vector<PageRef>& o = out[h];
-    for (int32_t i = 0; i < r.sink_end; ++i) o.push_back(pages[i]);
-    for (const Pick& pick : picks_) {
-      const PageRef& page = pick.loose ? pages[loose_page_[pick.id]] : pages[sink_pages_ + pick.id];
-      o.push_back(page);
-      if (record) {
-        const int32_t* pos = reader.Positions(page.id);
-        reuse_.positions[h].insert(reuse_.positions[h].end(), pos, pos + page.len);
-      }
-    }
-    for (int32_t i = r.window_begin; i < r.end; ++i) o.push_back(pages[i]);
+    const ListRegions r = RegionsOf(seq, layer, h, lim);
+    ranker_.Select(seq, layer, h, r, lim, q + static_cast<size_t>(h) * group * d, group, reader,
+                   &out[h], stats);
+    if (record) RecordPositions(r, out[h], reader, &reuse_.positions[h]);
   }
+  // The tree search, one KV head per worker thread where the engine lends some.
+  SearchHeads(context_.workers, searched_, &head_scratch_, stats, [&](int h, HeadScratch* s) {
+    SearchHead(seq, layer, h, q + static_cast<size_t>(h) * group * d, &out[h], s);
+  });
+  if (record) {
+    for (int h : searched_) {
+      RecordPositions(RegionsOf(seq, layer, h, lim), out[h], reader, &reuse_.positions[h]);
+    }
+  }
+}
+
+void IceCacheIndex::RecordPositions(const ListRegions& r, const std::vector<PageRef>& selected,
+                                    const KeyReader& reader, std::vector<int32_t>* positions) {
+  // The selected pages between the sink and the window pages.
+  for (size_t i = r.sink_end; i + (r.end - r.window_begin) < selected.size(); ++i) {
+    const int32_t* pos = reader.Positions(selected[i].id);
+    positions->insert(positions->end(), pos, pos + selected[i].len);
+  }
+}
+
+void IceCacheIndex::SearchHead(const KvSequence& seq, int layer, int h, const float* qh,
+                               std::vector<PageRef>* out, HeadScratch* s) const {
+  const int d = context_.layout.head_dim;
+  const int group = context_.n_heads / context_.layout.n_kv_heads;
+  const SelectionLimits& lim = context_.limits;
+  const KvPoolView pool = seq.pool().view();
+  KeyReader reader(pool);
+  const std::vector<PageRef>& pages = seq.pages(layer, h);
+  const ListRegions r = RegionsOf(seq, layer, h, lim);
+  const ListState& st = state(layer, h);
+  const bool indexed = Indexed(layer) && st.started;
+  static const LeafTree kEmpty;
+  const LeafTree& tree = indexed ? st.tree : kEmpty;
+  const TreeQuery query{qh, group, d};
+  // Loose pages: tail pages older than the window that are in no leaf yet.
+  const int32_t tail = seq.tail_index(layer, h);
+  const int32_t loose_begin = std::max(r.sink_end, indexed ? tail : 0);
+  ScoreLoose(pages, loose_begin, r.window_begin, query, reader, s);
+  const int64_t tokens = static_cast<int64_t>(lim.budget) - r.sink_tokens - r.window_tokens;
+  const int64_t page_room =
+      static_cast<int64_t>(lim.max_pages) - r.sink_end - (r.end - r.window_begin);
+  if (context_.config.exact) {
+    ExactSelect(tree, query, s->loose, tokens, page_room, &s->search, &s->picks, &s->stats);
+  } else {
+    PageScorer scorer(pool, pages, sink_pages_, query);
+    BeamSelect(tree, query, BeamWidth(tree.keys(), page_room), s->loose, tokens, page_room, scorer,
+               &s->search, &s->picks, &s->stats);
+  }
+  std::vector<PageRef>& o = *out;
+  for (int32_t i = 0; i < r.sink_end; ++i) o.push_back(pages[i]);
+  for (const Pick& pick : s->picks) {
+    o.push_back(pick.loose ? pages[s->loose_page[pick.id]] : pages[sink_pages_ + pick.id]);
+  }
+  for (int32_t i = r.window_begin; i < r.end; ++i) o.push_back(pages[i]);
 }
 
 bool IceCacheIndex::SelectAllIfCovered(const KvSequence& seq, int layer, int head,
@@ -353,27 +375,27 @@ bool IceCacheIndex::SelectAllIfCovered(const KvSequence& seq, int layer, int hea
 }
 
 void IceCacheIndex::ScoreLoose(const std::vector<PageRef>& pages, int32_t begin, int32_t end,
-                               const TreeQuery& query, KeyReader& reader, SelectionStats* stats) {
+                               const TreeQuery& query, KeyReader& reader, HeadScratch* s) const {
   const int d = query.dim;
-  loose_.clear();
-  loose_page_.clear();
-  if (context_.config.exact) PrepareQuery(query, &search_);
+  s->loose.clear();
+  s->loose_page.clear();
+  if (context_.config.exact) PrepareQuery(query, &s->search);
   for (int32_t i = begin; i < end; ++i) {
     const PageRef& page = pages[i];
     if (page.len == 0) continue;
     const float* k = reader.Keys(page.id, page.len);
     float score;
     if (context_.config.exact) {
-      centre_.resize(d);
-      const float radius = BallOf(k, page.len, d, centre_.data());
-      score = Bound(query, search_.q_norm, centre_.data(), radius);
-      ++stats->nodes_visited;
+      s->centre.resize(d);
+      const float radius = BallOf(k, page.len, d, s->centre.data());
+      score = Bound(query, s->search.q_norm, s->centre.data(), radius);
+      ++s->stats.nodes_visited;
     } else {
       score = SoftScore(query, k, page.len);
-      stats->keys_scored += static_cast<int64_t>(page.len) * query.group;
+      s->stats.keys_scored += static_cast<int64_t>(page.len) * query.group;
     }
-    loose_.push_back({score, page.len});
-    loose_page_.push_back(i);
+    s->loose.push_back({score, page.len});
+    s->loose_page.push_back(i);
   }
 }
 

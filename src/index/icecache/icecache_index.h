@@ -18,7 +18,8 @@
 //
 // Select: sink pages first, then the leaves (and any loose pages) chosen by BeamSelect, or by
 // ExactSelect when config.exact is set (tree_search.h), then the window pages. The query heads
-// of a GQA group share one selection: bounds and scores are the maximum over the group.
+// of a GQA group share one selection: bounds and scores are the maximum over the group. With
+// worker threads, the KV heads of a layer search in parallel (same result as one by one).
 //
 // config.rank == "centroid": instead of a search, every leaf and loose page between the sink and
 // the window is ranked by its mean key, a linear scan (CentroidRanker, index/centroid_rank.h).
@@ -108,10 +109,25 @@ class IceCacheIndex : public SequenceIndex {
   // Lists every page of the list (exactly full attention) when the context fits the budget.
   bool SelectAllIfCovered(const KvSequence& seq, int layer, int head,
                           std::vector<PageRef>* out) const;
-  // Scores pages [begin, end) of a list (loose pages: in no leaf yet) into loose_ / loose_page_:
-  // by their ball's bound in exact mode, else exactly.
+  // One KV head's tree search (BeamSelect, or ExactSelect in exact mode), with its own scratch
+  // and stats so that heads can search on different threads.
+  struct HeadScratch {
+    std::vector<LooseUnit> loose;
+    std::vector<int32_t> loose_page;
+    std::vector<Pick> picks;
+    std::vector<float> centre;
+    SearchScratch search;
+    SelectionStats stats;
+  };
+  void SearchHead(const KvSequence& seq, int layer, int h, const float* qh,
+                  std::vector<PageRef>* out, HeadScratch* s) const;
+  // Scores pages [begin, end) of a list (loose pages: in no leaf yet) into s->loose /
+  // s->loose_page: by their ball's bound in exact mode, else exactly.
   void ScoreLoose(const std::vector<PageRef>& pages, int32_t begin, int32_t end,
-                  const TreeQuery& query, KeyReader& reader, SelectionStats* stats);
+                  const TreeQuery& query, KeyReader& reader, HeadScratch* s) const;
+  // Appends the positions of the selected pages between the sink and the window (layer reuse).
+  static void RecordPositions(const ListRegions& r, const std::vector<PageRef>& selected,
+                              const KeyReader& reader, std::vector<int32_t>* positions);
   // The first layer of `layer`'s reuse group, or -1 when `layer` searches itself.
   int ReuseLeader(int layer) const;
   // Selects, for each KV head, the pages holding the most of the leader's positions.
@@ -146,13 +162,10 @@ class IceCacheIndex : public SequenceIndex {
   Reuse reuse_;
 
   // Scratch reused across calls.
-  std::vector<LooseUnit> loose_;
-  std::vector<int32_t> loose_page_;
-  std::vector<Pick> picks_;
-  std::vector<float> centre_;
+  std::vector<int> searched_;              // KV heads that search at this Select
+  std::vector<HeadScratch> head_scratch_;  // one per worker thread
   std::vector<uint8_t> marked_;
   std::vector<std::pair<int32_t, int32_t>> overlap_;
-  SearchScratch search_;
   CentroidRanker ranker_;  // rank "centroid"
 };
 

@@ -8,6 +8,7 @@
 #include "index/lychee/vec_math.h"
 #include "index/policies.h"
 #include "index/regions.h"
+#include "index/search_heads.h"
 
 namespace icecache {
 
@@ -279,50 +280,66 @@ void LycheeIndex::Select(const KvSequence& seq, int layer, const float* q,
   const SelectionLimits& lim = context_.limits;
   const KvPoolView pool = seq.pool().view();
   KeyReader reader(pool);
+  searched_.clear();
   for (int h = 0; h < heads; ++h) {
     out[h].clear();
     const std::vector<PageRef>& pages = seq.pages(layer, h);
     if (seq.length() <= lim.budget && static_cast<int>(pages.size()) <= lim.max_pages) {
       SelectAll(seq, layer, h, &out[h]);
-      continue;
+    } else if (centroid()) {
+      const float* qh = q + static_cast<size_t>(h) * group * d;
+      ranker_.Select(seq, layer, h, RegionsOf(seq, layer, h, lim), lim, qh, group, reader, &out[h],
+                     stats);
+    } else {
+      searched_.push_back(h);
     }
-    const ListRegions r = RegionsOf(seq, layer, h, lim);
-    const float* qh = q + static_cast<size_t>(h) * group * d;
-    if (centroid()) {
-      ranker_.Select(seq, layer, h, r, lim, qh, group, reader, &out[h], stats);
-      continue;
-    }
-    // Loose pages: pending pages and tail pages older than the window, scored exactly.
-    const bool indexed = started_ && Indexed(layer);
-    const int32_t loose_begin = std::max(r.sink_end, indexed ? chunk_pages_end_ : 0);
-    loose_.clear();
-    loose_page_.clear();
-    for (int32_t i = loose_begin; i < r.window_begin; ++i) {
-      if (pages[i].len == 0) continue;
-      loose_.push_back({PageScore(pool, pages[i], qh, group, &convert_), pages[i].len, 1});
-      loose_page_.push_back(i);
-      stats->keys_scored += static_cast<int64_t>(pages[i].len) * group;
-    }
-    const int64_t tokens = static_cast<int64_t>(lim.budget) - r.sink_tokens - r.window_tokens;
-    const int64_t page_room =
-        static_cast<int64_t>(lim.max_pages) - r.sink_end - (r.end - r.window_begin);
-    SpanScorer scorer(pool, pages, spans_, qh, group, &convert_);
-    static const ClusterIndex kEmpty;
-    const ClusterIndex& index = indexed ? head(layer, h) : kEmpty;
-    SelectUnits(index, {qh, group, d, radius_scale_}, loose_, tokens, page_room, scorer, &search_,
-                &picks_, stats);
-    std::vector<PageRef>& o = out[h];
-    for (int32_t i = 0; i < r.sink_end; ++i) o.push_back(pages[i]);
-    for (const Pick& pick : picks_) {
-      if (pick.loose) {
-        o.push_back(pages[loose_page_[pick.id]]);
-      } else {
-        const ChunkSpan& s = spans_[pick.id];
-        for (int32_t i = s.page_begin; i < s.page_begin + s.pages; ++i) o.push_back(pages[i]);
+  }
+  // The bound search, one KV head per worker thread where the engine lends some.
+  SearchHeads(context_.workers, searched_, &scratch_, stats, [&](int h, HeadScratch* s) {
+    SearchHead(seq, layer, h, q + static_cast<size_t>(h) * group * d, &out[h], s);
+  });
+}
+
+void LycheeIndex::SearchHead(const KvSequence& seq, int layer, int h, const float* qh,
+                             std::vector<PageRef>* out, HeadScratch* s) const {
+  const int d = context_.layout.head_dim;
+  const int group = context_.n_heads / context_.layout.n_kv_heads;
+  const SelectionLimits& lim = context_.limits;
+  const KvPoolView pool = seq.pool().view();
+  const std::vector<PageRef>& pages = seq.pages(layer, h);
+  const ListRegions r = RegionsOf(seq, layer, h, lim);
+  // Loose pages: pending pages and tail pages older than the window, scored exactly.
+  const bool indexed = started_ && Indexed(layer);
+  const int32_t loose_begin = std::max(r.sink_end, indexed ? chunk_pages_end_ : 0);
+  s->loose.clear();
+  s->loose_page.clear();
+  for (int32_t i = loose_begin; i < r.window_begin; ++i) {
+    if (pages[i].len == 0) continue;
+    s->loose.push_back({PageScore(pool, pages[i], qh, group, &s->convert), pages[i].len, 1});
+    s->loose_page.push_back(i);
+    s->stats.keys_scored += static_cast<int64_t>(pages[i].len) * group;
+  }
+  const int64_t tokens = static_cast<int64_t>(lim.budget) - r.sink_tokens - r.window_tokens;
+  const int64_t page_room =
+      static_cast<int64_t>(lim.max_pages) - r.sink_end - (r.end - r.window_begin);
+  SpanScorer scorer(pool, pages, spans_, qh, group, &s->convert);
+  static const ClusterIndex kEmpty;
+  const ClusterIndex& index = indexed ? head_index(layer, h) : kEmpty;
+  SelectUnits(index, {qh, group, d, radius_scale_}, s->loose, tokens, page_room, scorer, &s->search,
+              &s->picks, &s->stats);
+  std::vector<PageRef>& o = *out;
+  for (int32_t i = 0; i < r.sink_end; ++i) o.push_back(pages[i]);
+  for (const Pick& pick : s->picks) {
+    if (pick.loose) {
+      o.push_back(pages[s->loose_page[pick.id]]);
+    } else {
+      const ChunkSpan& span = spans_[pick.id];
+      for (int32_t i = span.page_begin; i < span.page_begin + span.pages; ++i) {
+        o.push_back(pages[i]);
       }
     }
-    for (int32_t i = r.window_begin; i < r.end; ++i) o.push_back(pages[i]);
   }
+  for (int32_t i = r.window_begin; i < r.end; ++i) o.push_back(pages[i]);
 }
 
 void LycheeIndex::OnTruncate(const KvSequence& seq) {

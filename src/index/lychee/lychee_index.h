@@ -8,7 +8,8 @@
 // tail pages that are entirely older than the window: their tokens (with any pending ones) are
 // cut into chunks at text boundaries and copied into chunk pages (chunk_layout.h); the sink pages
 // stay in place. New chunks join the index of each (layer, KV head) lazily, or the index is
-// rebuilt (first time, doubled chunk count, or drift). Layers kept dense are left alone.
+// rebuilt (first time, doubled chunk count, or drift). Layers kept dense are left alone. With
+// worker threads, the KV heads of a layer search in parallel (same result as one by one).
 //
 // config.rank == "centroid": no cluster index is built; Select ranks every chunk page and loose
 // page between the sink and the window by its mean key, a linear scan (CentroidRanker,
@@ -85,15 +86,25 @@ class LycheeIndex : public SequenceIndex {
   float radius_scale_ = 1;
   std::vector<ClusterIndex> heads_;  // [layer * n_kv_heads + head]
 
+  // One KV head's bound search (what Select does for a list the budget does not cover), with
+  // its own scratch and stats so that heads can search on different threads.
+  struct HeadScratch {
+    std::vector<LooseUnit> loose;
+    std::vector<int32_t> loose_page;
+    std::vector<Pick> picks;
+    std::vector<float> convert;
+    SearchScratch search;
+    SelectionStats stats;
+  };
+  void SearchHead(const KvSequence& seq, int layer, int h, const float* qh,
+                  std::vector<PageRef>* out, HeadScratch* s) const;
+
   // Scratch reused across calls.
   std::vector<float> keys_;
   std::vector<int64_t> offsets_;
-  std::vector<LooseUnit> loose_;
-  std::vector<int32_t> loose_page_;
-  std::vector<Pick> picks_;
-  std::vector<float> convert_;
-  SearchScratch search_;
-  CentroidRanker ranker_;  // rank "centroid"
+  std::vector<int> searched_;         // KV heads that search at this Select
+  std::vector<HeadScratch> scratch_;  // one per worker thread
+  CentroidRanker ranker_;             // rank "centroid"
 };
 
 }  // namespace icecache::lychee
