@@ -97,7 +97,9 @@ Result<std::vector<std::string>> WritePlots(const std::string& dir, const std::s
     std::set<std::pair<std::string, int>> configs;
     for (const EvalRecord& r : records) configs.insert({r.policy, r.budget});
     for (const auto& [policy, budget] : configs) {
-      const std::string label = policy == "full" ? policy : fmt::format("{}_{}", policy, budget);
+      // A policy written NAME:RANK names its file NAME-RANK.
+      std::string label = policy == "full" ? policy : fmt::format("{}_{}", policy, budget);
+      std::replace(label.begin(), label.end(), ':', '-');
       const std::string title = policy == "full"
                                     ? "needle: full KV"
                                     : fmt::format("needle: {}, budget {}", policy, budget);

@@ -76,6 +76,17 @@ TEST_F(EvalCliTest, NeedleWritesResultsTableAndPlots) {
   EXPECT_NE(Read(out + "/needle.jsonl").find("\"policy\":\"full\""), std::string::npos);
 }
 
+// A policy written NAME:RANK keeps that label in the tables; its plot's file name has no colon.
+TEST_F(EvalCliTest, PolicyWithARankKeepsItsLabel) {
+  const std::string out = testing::MakeTempDir("eval-rank");
+  auto r = RunCommand(Needle(out, "--policies full,lychee:centroid --budgets 64"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string md = Read(out + "/needle.md");
+  EXPECT_NE(md.find("| lychee:centroid | 64 | "), std::string::npos) << md;
+  EXPECT_NE(Read(out + "/needle.jsonl").find("\"policy\":\"lychee:centroid\""), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(out + "/needle_heatmap_lychee-centroid_64.svg"));
+}
+
 TEST_F(EvalCliTest, InterruptedRunResumesToTheSameTable) {
   const std::string once = testing::MakeTempDir("eval-once");
   auto a = RunCommand(Needle(once));
