@@ -54,7 +54,9 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
                  "GPU: cap the device memory the engine may allocate, e.g. 24G (emulates a "
                  "smaller GPU; what does not fit fails as it would there)")
       ->transform(CLI::AsSizeValue(false));
-  app.add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")
+  app.add_option("-t,--threads", o->threads,
+                 "CPU threads (0: all cores): the model's compute on the CPU, and the threads "
+                 "that build and search KV indexes (on a GPU those use every core)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("-c,--ctx-size", o->ctx_size,
                  "context limit in tokens (0: the model's trained context)")
