@@ -18,6 +18,14 @@ namespace icecache {
 namespace {
 constexpr const char* kSyntheticNoText =
     "a synthetic model (--synthetic) has no tokenizer: it takes token ids only (icecache bench)";
+
+// What --kv-rank auto means: for icecache, centroid where selection runs on the device and soft
+// elsewhere; lychee's auto is its bound search (on the host), and other policies have no rank.
+std::string ResolvedRank(const KvConfig& config, bool on_device) {
+  if (config.policy != "icecache" || config.rank != "auto") return config.rank;
+  return on_device ? "centroid" : "soft";
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
@@ -558,9 +566,7 @@ Result<std::unique_ptr<SequenceState>> EngineImpl::NewState(const KvConfig* kv) 
                            std::to_string(options_.kv.page_size) + ", " + info_.kv_dtype + ")");
   }
   ICECACHE_ASSIGN_OR_RETURN(const bool on_device, SelectsOnDevice(config));
-  if (config.policy == "icecache" && config.rank == "auto") {
-    config.rank = on_device ? "centroid" : "soft";
-  }
+  config.rank = ResolvedRank(config, on_device);
   auto state = std::make_unique<SequenceState>(pool_.get(), config);
   ICECACHE_ASSIGN_OR_RETURN(state->index, MakeSequenceIndex(IndexFor(config)));
   if (state->index && !pool_->host_accessible()) {
@@ -587,8 +593,7 @@ Result<bool> EngineImpl::SelectsOnDevice(const KvConfig& config) const {
   if (config.policy == "full") return false;
   const std::string& where = options_.kv_select;
   KvConfig resolved = config;
-  // What icecache's "auto" becomes on the device; lychee's "auto" is its bound search (host).
-  if (resolved.policy == "icecache" && resolved.rank == "auto") resolved.rank = "centroid";
+  resolved.rank = ResolvedRank(config, true);
   const bool supported = DeviceSelection::Supports(resolved) && !config.recall;
   if (where == "host" || (where == "auto" && (backend_->device() == Device::kCpu || !supported))) {
     return false;

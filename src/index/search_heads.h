@@ -7,9 +7,22 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "index/lychee/search.h"
 #include "index/policy.h"
 
 namespace icecache {
+
+// One thread's scratch for the search of a KV head, for a policy whose search keeps its state in
+// `SearchScratch`: the loose pages it scored, its picks and its work counts.
+template <typename SearchScratch>
+struct HeadSearchScratch {
+  std::vector<lychee::LooseUnit> loose;  // the loose pages' scores
+  std::vector<int32_t> loose_page;       // and their list indices
+  std::vector<lychee::Pick> picks;
+  std::vector<float> floats;  // keys converted to f32, or a ball's centre
+  SearchScratch search;
+  SelectionStats stats;
+};
 
 // Runs search(h, &scratch) for every KV head h in `heads`, one head at a time per thread of
 // `workers` (when it has more than one thread and there is more than one head), then adds every

@@ -126,7 +126,7 @@ void KvSequence::AdvanceTail(int layer, int head, int32_t pages) {
   }
 }
 
-void KvSequence::ReplaceHead(int layer, int head, std::vector<PageRef> pages,
+void KvSequence::ReplaceHead(int layer, int head, std::span<const PageRef> pages,
                              std::span<const int32_t> freed, HeadEdit edit) {
   List& l = list(layer, head);
 #ifndef NDEBUG
@@ -143,28 +143,18 @@ void KvSequence::ReplaceHead(int layer, int head, std::vector<PageRef> pages,
                          "ReplaceHead: an entry outside `edit` changed");
     }
     ICECACHE_CHECK_MSG(k == edit.entries.size(), "ReplaceHead: `edit.entries` not ascending");
-    std::unordered_set<int32_t> kept, dropped;
-    for (const PageRef& r : pages) kept.insert(r.id);
-    for (int32_t i = 0; i < l.tail_index; ++i) {
-      if (kept.count(l.pages[i].id) == 0) dropped.insert(l.pages[i].id);
-    }
-    ICECACHE_CHECK_MSG(dropped == std::unordered_set<int32_t>(freed.begin(), freed.end()),
-                       "ReplaceHead: `freed` is not the set of pages the new head drops");
   }
 #endif
-  for (int32_t id : freed) pool_->Free(id);
-  const int32_t new_tail = static_cast<int32_t>(pages.size());
-  pages.insert(pages.end(), l.pages.begin() + l.tail_index, l.pages.end());
-  l.pages = std::move(pages);
-  l.tail_index = new_tail;
-  l.edit_base = l.stamp;
-  l.stamp = NextStamp();
-  l.edit = std::move(edit);
+  Replace(l, 0, pages, freed, std::move(edit));
 }
 
 void KvSequence::ReplaceHeadAfter(int layer, int head, int32_t keep, std::span<const PageRef> rest,
                                   std::span<const int32_t> freed) {
-  List& l = list(layer, head);
+  Replace(list(layer, head), keep, rest, freed, {keep, {}});
+}
+
+void KvSequence::Replace(List& l, int32_t keep, std::span<const PageRef> rest,
+                         std::span<const int32_t> freed, HeadEdit edit) {
   ICECACHE_CHECK(keep >= 0 && keep <= l.tail_index);
 #ifndef NDEBUG
   {
@@ -174,7 +164,7 @@ void KvSequence::ReplaceHeadAfter(int layer, int head, int32_t keep, std::span<c
       if (kept.count(l.pages[i].id) == 0) dropped.insert(l.pages[i].id);
     }
     ICECACHE_CHECK_MSG(dropped == std::unordered_set<int32_t>(freed.begin(), freed.end()),
-                       "ReplaceHeadAfter: `freed` is not the set of pages the new head drops");
+                       "ReplaceHead: `freed` is not the set of pages the new head drops");
   }
 #endif
   for (int32_t id : freed) pool_->Free(id);
@@ -183,7 +173,7 @@ void KvSequence::ReplaceHeadAfter(int layer, int head, int32_t keep, std::span<c
   l.tail_index = keep + static_cast<int32_t>(rest.size());
   l.edit_base = l.stamp;
   l.stamp = NextStamp();
-  l.edit = {keep, {}};
+  l.edit = std::move(edit);
 }
 
 const HeadEdit* KvSequence::EditSince(int layer, int head, uint64_t seen) const {

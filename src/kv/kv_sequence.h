@@ -81,8 +81,8 @@ class KvSequence {
   // `edit` says which entries changed (the default: possibly all). REQUIRES: every listed page
   // is this sequence's or freshly allocated from its pool. Debug builds check `freed` and the
   // ids and counts outside `edit` against the lists.
-  void ReplaceHead(int layer, int head, std::vector<PageRef> pages, std::span<const int32_t> freed,
-                   HeadEdit edit = {});
+  void ReplaceHead(int layer, int head, std::span<const PageRef> pages,
+                   std::span<const int32_t> freed, HeadEdit edit = {});
   // ReplaceHead for an edit that keeps the first `keep` entries as they are: the entries from
   // `keep` to the tail become `rest`, without copying the kept head (its hint: {keep, {}}).
   void ReplaceHeadAfter(int layer, int head, int32_t keep, std::span<const PageRef> rest,
@@ -114,6 +114,10 @@ class KvSequence {
     l.stamp = NextStamp();
     l.edit_base = 0;
   }
+  // Entries [keep, tail_index) of `l` become `rest`; `freed` go back to the pool; `edit` is the
+  // hint EditSince gives for the new stamp.
+  void Replace(List& l, int32_t keep, std::span<const PageRef> rest, std::span<const int32_t> freed,
+               HeadEdit edit);
   static uint64_t NextStamp();
   const List& list(int layer, int head) const {
     return lists_[static_cast<size_t>(layer) * layout().n_kv_heads + head];

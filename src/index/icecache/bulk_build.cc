@@ -82,7 +82,7 @@ bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32
       row += l.leaves[g].len;
     }
   }
-  seq.ReplaceHead(layer, head, std::move(head_pages), freed);
+  seq.ReplaceHead(layer, head, head_pages, freed);
   if (!tree->empty()) tree->BuildUpper();
   return true;
 }

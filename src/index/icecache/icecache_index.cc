@@ -12,7 +12,6 @@
 #include "index/key_reader.h"
 #include "index/policies.h"
 #include "index/regions.h"
-#include "index/search_heads.h"
 #include "kv/key_mean.h"
 
 namespace icecache {
@@ -386,9 +385,9 @@ void IceCacheIndex::ScoreLoose(const std::vector<PageRef>& pages, int32_t begin,
     const float* k = reader.Keys(page.id, page.len);
     float score;
     if (context_.config.exact) {
-      s->centre.resize(d);
-      const float radius = BallOf(k, page.len, d, s->centre.data());
-      score = Bound(query, s->search.q_norm, s->centre.data(), radius);
+      s->floats.resize(d);
+      const float radius = BallOf(k, page.len, d, s->floats.data());
+      score = Bound(query, s->search.q_norm, s->floats.data(), radius);
       ++s->stats.nodes_visited;
     } else {
       score = SoftScore(query, k, page.len);

@@ -46,6 +46,7 @@
 #include "index/key_reader.h"
 #include "index/policy.h"
 #include "index/regions.h"
+#include "index/search_heads.h"
 
 namespace icecache::ice {
 
@@ -111,14 +112,7 @@ class IceCacheIndex : public SequenceIndex {
                           std::vector<PageRef>* out) const;
   // One KV head's tree search (BeamSelect, or ExactSelect in exact mode), with its own scratch
   // and stats so that heads can search on different threads.
-  struct HeadScratch {
-    std::vector<LooseUnit> loose;
-    std::vector<int32_t> loose_page;
-    std::vector<Pick> picks;
-    std::vector<float> centre;
-    SearchScratch search;
-    SelectionStats stats;
-  };
+  using HeadScratch = HeadSearchScratch<SearchScratch>;
   void SearchHead(const KvSequence& seq, int layer, int h, const float* qh,
                   std::vector<PageRef>* out, HeadScratch* s) const;
   // Scores pages [begin, end) of a list (loose pages: in no leaf yet) into s->loose /

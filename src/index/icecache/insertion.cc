@@ -124,7 +124,7 @@ bool InsertIntoList(KvSequence& seq, int layer, int head, int32_t sink_pages, in
   for (const PageRef& src : sources) freed.push_back(src.id);
   std::sort(edit.entries.begin(), edit.entries.end());
   edit.entries.erase(std::unique(edit.entries.begin(), edit.entries.end()), edit.entries.end());
-  seq.ReplaceHead(layer, head, std::move(head_pages), freed, std::move(edit));
+  seq.ReplaceHead(layer, head, head_pages, freed, std::move(edit));
   return true;
 }
 

@@ -8,7 +8,6 @@
 #include "index/lychee/vec_math.h"
 #include "index/policies.h"
 #include "index/regions.h"
-#include "index/search_heads.h"
 
 namespace icecache {
 
@@ -315,14 +314,14 @@ void LycheeIndex::SearchHead(const KvSequence& seq, int layer, int h, const floa
   s->loose_page.clear();
   for (int32_t i = loose_begin; i < r.window_begin; ++i) {
     if (pages[i].len == 0) continue;
-    s->loose.push_back({PageScore(pool, pages[i], qh, group, &s->convert), pages[i].len, 1});
+    s->loose.push_back({PageScore(pool, pages[i], qh, group, &s->floats), pages[i].len, 1});
     s->loose_page.push_back(i);
     s->stats.keys_scored += static_cast<int64_t>(pages[i].len) * group;
   }
   const int64_t tokens = static_cast<int64_t>(lim.budget) - r.sink_tokens - r.window_tokens;
   const int64_t page_room =
       static_cast<int64_t>(lim.max_pages) - r.sink_end - (r.end - r.window_begin);
-  SpanScorer scorer(pool, pages, spans_, qh, group, &s->convert);
+  SpanScorer scorer(pool, pages, spans_, qh, group, &s->floats);
   static const ClusterIndex kEmpty;
   const ClusterIndex& index = indexed ? head_index(layer, h) : kEmpty;
   SelectUnits(index, {qh, group, d, radius_scale_}, s->loose, tokens, page_room, scorer, &s->search,

@@ -28,6 +28,7 @@
 #include "index/lychee/cluster_index.h"
 #include "index/lychee/search.h"
 #include "index/policy.h"
+#include "index/search_heads.h"
 
 namespace icecache::lychee {
 
@@ -88,14 +89,7 @@ class LycheeIndex : public SequenceIndex {
 
   // One KV head's bound search (what Select does for a list the budget does not cover), with
   // its own scratch and stats so that heads can search on different threads.
-  struct HeadScratch {
-    std::vector<LooseUnit> loose;
-    std::vector<int32_t> loose_page;
-    std::vector<Pick> picks;
-    std::vector<float> convert;
-    SearchScratch search;
-    SelectionStats stats;
-  };
+  using HeadScratch = HeadSearchScratch<SearchScratch>;
   void SearchHead(const KvSequence& seq, int layer, int h, const float* qh,
                   std::vector<PageRef>* out, HeadScratch* s) const;
 
