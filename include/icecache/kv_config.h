@@ -20,12 +20,18 @@ struct KvConfig {
   int dense_layers = 0;  // the first N layers attend densely
   // icecache: prune by centroid/radius bounds so the result equals exhaustive scoring by bound.
   bool exact = false;
-  // icecache: how leaves are ranked. "soft": beam search down the tree, the best leaves scored
-  // by the soft maximum of their keys; "centroid": every leaf (and loose page) by the best q.c of
-  // the group's query heads over its mean key c stored in the KV dtype, a linear scan, as the
-  // device selection does; "auto": centroid when the selection runs in device memory (a GPU),
+  // icecache: how leaves are ranked. "soft": best-first search down the tree, the best leaves
+  // scored by the soft maximum of their keys; "centroid": every leaf (and loose page) by the best
+  // q.c of the group's query heads over its mean key c stored in the KV dtype, a linear scan, as
+  // the device selection does; "auto": centroid when the selection runs in device memory (a GPU),
   // soft otherwise. --kv-exact (bound) excludes centroid.
   std::string rank = "auto";
+  // icecache (rank soft) and lychee (rank auto): the weight w in [0, 1] of an index node's
+  // radius in the bound q.c + w |q| r that orders their searches. 1 is the true bound: lychee's
+  // search then picks exactly what exhaustive scoring picks, and icecache's opens more of its
+  // tree; smaller weights open fewer nodes (0: centroids alone). -1: the policy's default
+  // (icecache 0.2, lychee 0.5).
+  float search_radius = -1;
   // icecache: consecutive layers that share one tree and one selection (1: no sharing).
   int reuse_layers = 1;
   // oracle: "page" (best pages by exact max q.k) or "token" (best tokens).
@@ -40,6 +46,8 @@ struct KvConfig {
   // Sink and window after resolving the -1 defaults (tokens).
   int ResolvedSink() const;
   int ResolvedWindow() const;
+  // search_radius after resolving the -1 default.
+  float ResolvedSearchRadius() const;
   // Checks names and ranges; the message names the offending option (--kv-...).
   Status Validate() const;
   // "icecache budget 256 (sink 16, window 64, page 16)" or "full".

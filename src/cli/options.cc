@@ -85,12 +85,18 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
   app.add_flag("--kv-exact", kv.exact,
                "icecache: bound-pruned search equal to exhaustive scoring by bound");
   app.add_option("--kv-rank", kv.rank,
-                 "icecache: rank leaves by soft (beam search, keys scored) or centroid (linear "
+                 "icecache: rank leaves by soft (tree search, keys scored) or centroid (linear "
                  "scan of leaf means, as on the device); auto: centroid where selection runs on "
                  "the GPU. lychee: auto (best-bound-first search, host) or centroid (chunk pages "
                  "ranked by mean key, selectable on the device)")
       ->check(CLI::IsMember({"auto", "soft", "centroid"}))
       ->capture_default_str();
+  app.add_option("--kv-search-radius", kv.search_radius,
+                 "icecache (rank soft) and lychee: weight w of an index node's radius in the "
+                 "bound q.c + w|q|r that orders the search; 1: the true bound (lychee then equals "
+                 "exhaustive scoring), smaller: fewer nodes opened (default: icecache 0.2, "
+                 "lychee 0.5)")
+      ->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--kv-reuse-layers", kv.reuse_layers,
                  "icecache: consecutive layers sharing one tree and selection")
       ->check(CLI::PositiveNumber);

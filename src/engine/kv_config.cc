@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <string_view>
 
 namespace icecache {
@@ -18,6 +19,11 @@ int KvConfig::ResolvedWindow() const {
   if (policy == "streaming") return std::max(0, budget - ResolvedSink());
   // A quarter of the budget, whole pages, at least one page.
   return std::max(page_size, budget / 4 / page_size * page_size);
+}
+
+float KvConfig::ResolvedSearchRadius() const {
+  if (search_radius >= 0) return search_radius;
+  return policy == "lychee" ? 0.5f : 0.2f;
 }
 
 Status KvConfig::Validate() const {
@@ -53,12 +59,15 @@ Status KvConfig::Validate() const {
   }
   if (policy == "lychee" && rank == "soft") {
     return InvalidArgument(
-        "--kv-rank soft is icecache's beam search; lychee ranks by auto (its bound search) or "
+        "--kv-rank soft is icecache's tree search; lychee ranks by auto (its bound search) or "
         "centroid (page mean keys)");
   }
   if (exact && rank == "centroid") {
     return InvalidArgument(
         "--kv-exact ranks leaves by their bound; it excludes --kv-rank centroid");
+  }
+  if (search_radius != -1 && !(search_radius >= 0.0f && search_radius <= 1.0f)) {
+    return InvalidArgument("--kv-search-radius must be in [0, 1]");
   }
   if (oracle_unit != "page" && oracle_unit != "token") {
     return InvalidArgument("--kv-oracle-unit must be page or token");
@@ -75,6 +84,13 @@ std::string KvConfig::Describe() const {
   if (policy == "icecache" && exact) d += ", exact";
   if (policy == "icecache" && !exact && rank != "auto") d += ", rank " + rank;
   if (policy == "lychee" && rank == "centroid") d += ", rank centroid";
+  const bool searches = (policy == "icecache" && !exact && rank != "centroid") ||
+                        (policy == "lychee" && rank != "centroid");
+  if (searches && search_radius >= 0) {
+    char w[32];
+    std::snprintf(w, sizeof(w), "%g", search_radius);
+    d += std::string(", search radius ") + w;
+  }
   if (policy == "icecache" && reuse_layers > 1) {
     d += ", layers share selections in groups of " + std::to_string(reuse_layers);
   }

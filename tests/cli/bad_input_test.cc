@@ -161,6 +161,8 @@ TEST(CliBadInputTest, InvalidFlags) {
   ExpectCleanError(RunCommand(Gen("-p hi --prompt-file /nonexistent.txt")), "excludes");
   ExpectCleanError(RunCommand(Gen("-p hi --kv-rank sideways")), "--kv-rank");
   ExpectCleanError(RunCommand(Gen("-p hi --kv-policy lychee --kv-rank soft")), "lychee ranks");
+  ExpectCleanError(RunCommand(Gen("-p hi --kv-policy icecache --kv-search-radius 1.5")),
+                   "--kv-search-radius");
   ExpectCleanError(RunCommand(CliPath() + " bench --synthetic tiny --contexts 64 --decode 1 "
                                           "--kv-policy icecache --kv-exact --kv-rank centroid"),
                    "--kv-exact");

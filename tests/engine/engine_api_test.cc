@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "icecache/engine.h"
 #include "testing/paths.h"
@@ -124,6 +125,20 @@ TEST_F(EngineApiTest, UnknownPolicyIsAnError) {
   auto e = Engine::Create(o);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("magic"), std::string::npos);
+}
+
+TEST_F(EngineApiTest, SearchRadiusOutsideZeroToOneIsAnError) {
+  EngineOptions o{.model = *dir_};
+  o.kv.policy = "icecache";
+  for (float w : {-0.1f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    o.kv.search_radius = w;
+    auto e = Engine::Create(o);
+    ASSERT_FALSE(e.ok()) << w;
+    EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(e.status().message().find("--kv-search-radius"), std::string::npos);
+  }
+  o.kv.search_radius = 1.0f;
+  EXPECT_TRUE(Engine::Create(o).ok());
 }
 
 TEST_F(EngineApiTest, KvOffloadOptionIsChecked) {

@@ -1,8 +1,8 @@
 // icecache through the real engine: a budget covering the context reproduces full attention bit
 // for bit (tiny random llama and, when downloaded, SmolLM2-135M); small budgets attend within
 // the budget after the index re-arranged the pages (also with layers reusing selections); sampling
-// is deterministic for a seed; a long SmolLM2 prompt decodes within the budget in beam and exact
-// modes.
+// is deterministic for a seed; a long SmolLM2 prompt decodes within the budget with the
+// best-first search and in exact mode.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -67,7 +67,7 @@ TEST_F(IceCacheEngineTest, BudgetCoveringContextEqualsFullBitForBit) {
   auto want = MakeEngine(*dir_, full_kv)->Score({context, continuation, true});
   ASSERT_TRUE(want.ok());
   for (bool exact : {false, true}) {
-    SCOPED_TRACE(exact ? "exact" : "beam");
+    SCOPED_TRACE(exact ? "exact" : "best-first");
     auto got = MakeEngine(*dir_, IcePolicy(512, exact))->Score({context, continuation, true});
     ASSERT_TRUE(got.ok()) << got.status().message();
     ExpectSameLogprobs(*got, *want);
@@ -92,7 +92,7 @@ TEST_F(IceCacheEngineTest, BudgetCoveringContextEqualsQuestBitForBit) {
 TEST_F(IceCacheEngineTest, SmallBudgetsAttendWithinBudgetAndSampleDeterministically) {
   const std::vector<int32_t> context = Tokens(400, 3), continuation = Tokens(24, 4);
   for (int mode = 0; mode < 3; ++mode) {
-    SCOPED_TRACE(mode == 0 ? "beam" : mode == 1 ? "exact" : "beam, reuse_layers 2");
+    SCOPED_TRACE(mode == 0 ? "best-first" : mode == 1 ? "exact" : "best-first, reuse_layers 2");
     KvConfig kv = IcePolicy(64, mode == 1);
     if (mode == 2) kv.reuse_layers = 2;
     auto engine = MakeEngine(*dir_, kv);
@@ -149,7 +149,7 @@ TEST_F(IceCacheEngineTest, SmolLM2LongPromptDecodesWithinBudget) {
     ASSERT_TRUE(got.ok()) << got.status().message();
     EXPECT_LE(got->stats.kv.tokens_attended, 192.0);
     EXPECT_GT(got->stats.kv.context_tokens, 500.0);
-    std::printf("%s: '%s' (%.1f nodes visited per list and step)\n", exact ? "exact" : "beam",
+    std::printf("%s: '%s' (%.1f nodes visited per list and step)\n", exact ? "exact" : "best-first",
                 got->text.c_str(), got->stats.kv.nodes_visited);
     outputs.push_back(got->tokens);
   }

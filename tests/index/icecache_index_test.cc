@@ -129,7 +129,7 @@ TEST(IceCacheIndexTest, InvariantsAndLosslessnessUnderRandomInsertions) {
 
 TEST(IceCacheIndexTest, SelectRespectsTheBudgetSinkFirstWindowLast) {
   for (bool exact : {false, true}) {
-    SCOPED_TRACE(exact ? "exact" : "beam");
+    SCOPED_TRACE(exact ? "exact" : "best-first");
     const IceSetup s = MakeSetup(8);
     KvConfig kv = IceConfig(64, 8);
     kv.exact = exact;
@@ -203,12 +203,12 @@ std::vector<std::vector<int32_t>> Layout(const KvSequence& seq) {
   return out;
 }
 
-// With worker threads, lists are absorbed in parallel and KV heads search in parallel (beam
+// With worker threads, lists are absorbed in parallel and KV heads search in parallel (best-first
 // search, and the bounded search of exact mode): the same layouts, pages and work as one thread.
 TEST(IceCacheIndexTest, ListsMaintainedInParallelEqualOneByOne) {
   const IceSetup s = MakeSetup(8);
   for (const bool exact : {false, true}) {
-    SCOPED_TRACE(exact ? "exact" : "beam");
+    SCOPED_TRACE(exact ? "exact" : "best-first");
     KvConfig kv = IceConfig(64, 8);
     kv.exact = exact;
     ThreadPool workers(4);

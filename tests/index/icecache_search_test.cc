@@ -1,7 +1,7 @@
 // The icecache searches: exact mode picks exactly what exhaustive scoring of every leaf by its
 // bound picks (random and clustered keys, through the tree and through Select) while computing
-// fewer bounds on clustered keys; the default beam search keeps most of the softmax mass that
-// the oracle's best pages hold.
+// fewer bounds on clustered keys; the default best-first search keeps most of the softmax mass
+// that the oracle's best pages hold while opening a small part of the tree.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -168,9 +168,9 @@ class TestScorer : public LeafScorer {
   const float* q_;
 };
 
-// With a beam wide enough to reach every leaf, the best-bound-first scoring picks exactly what
-// scoring every leaf exactly picks, while scoring fewer keys.
-TEST(IceCacheSearchTest, BeamSearchScoresLeavesBestBoundFirstWithoutChangingThePicks) {
+// With every leaf a candidate, the best-bound-first scoring picks exactly what scoring every leaf
+// exactly picks, while scoring fewer keys; whatever the radius weight that orders the descent.
+TEST(IceCacheSearchTest, BestFirstSearchScoresLeavesBestBoundFirstWithoutChangingThePicks) {
   const IceSetup s = MakeSetup();
   const KvConfig kv = IceConfig(96, kPage);
   auto index = s.MakeIndex(kv);
@@ -190,7 +190,8 @@ TEST(IceCacheSearchTest, BeamSearchScoresLeavesBestBoundFirstWithoutChangingTheP
     const int64_t tokens = 40 + rng.Below(100), room = 6 + rng.Below(10);
     std::vector<Pick> got;
     SelectionStats stats;
-    BeamSelect(tree, query, 1 << 30, loose, tokens, room, scorer, &scratch, &got, &stats);
+    const SearchWidth width{trial % 3 * 0.5f, 1 << 30};
+    BestFirstSelect(tree, query, width, loose, tokens, room, scorer, &scratch, &got, &stats);
     // Reference: every leaf scored, (score desc, leaves before loose, smaller id), stop at the
     // first unit that does not fit.
     std::vector<std::tuple<float, int, int32_t>> ranked;
@@ -247,7 +248,7 @@ double Mass(const KvSequence& seq, int layer, int head, const float* q,
   return in / total;
 }
 
-TEST(IceCacheSearchTest, BeamSearchKeepsMostOfTheOraclesSoftmaxMass) {
+TEST(IceCacheSearchTest, BestFirstSearchKeepsMostOfTheOraclesSoftmaxMass) {
   const IceSetup s = MakeSetup();
   const KvConfig kv = IceConfig(128, kPage);
   KvConfig oracle_kv = kv;
@@ -266,7 +267,7 @@ TEST(IceCacheSearchTest, BeamSearchKeepsMostOfTheOraclesSoftmaxMass) {
     AppendTokens(*h, *index, n, keys, rng);
   }
   double ice = 0, best = 0, sink_window = 0;
-  int64_t keys_scored = 0;
+  int64_t keys_scored = 0, nodes_visited = 0, tree_nodes = 0;
   const int trials = 40;
   for (int trial = 0; trial < trials; ++trial) {
     const int layer = trial % kLayers;
@@ -287,7 +288,9 @@ TEST(IceCacheSearchTest, BeamSearchKeepsMostOfTheOraclesSoftmaxMass) {
     (*oracle)->Select(h->seq(), layer, q.data(), b, &unused);
     (*streaming)->Select(h->seq(), layer, q.data(), c, &unused);
     keys_scored += stats.keys_scored;
+    nodes_visited += stats.nodes_visited;
     for (int hd = 0; hd < kKvHeads; ++hd) {
+      tree_nodes += index->tree(layer, hd).num_nodes();
       const float* qh = q.data() + hd * kGroup * kDim;
       ice += Mass(h->seq(), layer, hd, qh, a[hd]);
       best += Mass(h->seq(), layer, hd, qh, b[hd]);
@@ -299,12 +302,17 @@ TEST(IceCacheSearchTest, BeamSearchKeepsMostOfTheOraclesSoftmaxMass) {
   best /= n;
   sink_window /= n;
   std::printf(
-      "softmax mass: icecache %.3f, oracle pages %.3f, sink+window %.3f; keys scored %.2f\n", ice,
-      best, sink_window, static_cast<double>(keys_scored) / (trials * kKvHeads * kGroup * 4000.0));
+      "softmax mass: icecache %.3f, oracle pages %.3f, sink+window %.3f; keys scored %.2f, "
+      "nodes %.2f of the trees\n",
+      ice, best, sink_window,
+      static_cast<double>(keys_scored) / (trials * kKvHeads * kGroup * 4000.0),
+      static_cast<double>(nodes_visited) / static_cast<double>(tree_nodes));
   EXPECT_GT(ice, 0.9 * best);
   EXPECT_GT(ice, sink_window + 0.5 * (best - sink_window));
-  // The beam scored only part of the context exactly.
+  // The search scored only part of the context exactly.
   EXPECT_LT(keys_scored, static_cast<int64_t>(trials) * kKvHeads * kGroup * 4000);
+  // It opened a small part of the trees (the bounds of loose pages are not counted here).
+  EXPECT_LT(nodes_visited, tree_nodes / 2);
 }
 
 }  // namespace

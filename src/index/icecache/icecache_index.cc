@@ -71,10 +71,9 @@ IceCacheIndex::IceCacheIndex(const IndexContext& context) : context_(context) {
   for (ListState& s : lists_) s.tree = LeafTree(context_.layout.head_dim);
 }
 
-int IceCacheIndex::BeamWidth(int64_t keys, int64_t pages) {
-  const int64_t by_size =
-      static_cast<int64_t>(std::ceil(kBeamPerToken * static_cast<double>(keys)));
-  return static_cast<int>(std::max<int64_t>({kMinBeam, by_size, 2 * pages}));
+SearchWidth IceCacheIndex::Width(const KvConfig& config, int64_t pages) {
+  return {config.ResolvedSearchRadius(),
+          static_cast<int>(std::min<int64_t>(pages + kExtraLeaves, 1 << 30))};
 }
 
 IceCacheIndex::~IceCacheIndex() { DropAhead(); }
@@ -351,8 +350,8 @@ void IceCacheIndex::SearchHead(const KvSequence& seq, int layer, int h, const fl
     ExactSelect(tree, query, s->loose, tokens, page_room, &s->search, &s->picks, &s->stats);
   } else {
     PageScorer scorer(pool, pages, sink_pages_, query);
-    BeamSelect(tree, query, BeamWidth(tree.keys(), page_room), s->loose, tokens, page_room, scorer,
-               &s->search, &s->picks, &s->stats);
+    BestFirstSelect(tree, query, Width(context_.config, page_room), s->loose, tokens, page_room,
+                    scorer, &s->search, &s->picks, &s->stats);
   }
   std::vector<PageRef>& o = *out;
   for (int32_t i = 0; i < r.sink_end; ++i) o.push_back(pages[i]);

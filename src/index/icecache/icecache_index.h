@@ -16,7 +16,7 @@
 // prompt are laid out on host threads while its later chunks prefill (OnPrefillChunk), so that
 // little is left to do after its last chunk.
 //
-// Select: sink pages first, then the leaves (and any loose pages) chosen by BeamSelect, or by
+// Select: sink pages first, then the leaves (and any loose pages) chosen by BestFirstSelect, or by
 // ExactSelect when config.exact is set (tree_search.h), then the window pages. The query heads
 // of a GQA group share one selection: bounds and scores are the maximum over the group. With
 // worker threads, the KV heads of a layer search in parallel (same result as one by one).
@@ -52,8 +52,8 @@ namespace icecache::ice {
 
 class IceCacheIndex : public SequenceIndex {
  public:
-  static constexpr int kMinBeam = 30;
-  static constexpr double kBeamPerToken = 0.0015;
+  // Leaves the search gathers as candidates beyond the pages it has room for.
+  static constexpr int kExtraLeaves = 8;
 
   explicit IceCacheIndex(const IndexContext& context);
   ~IceCacheIndex() override;
@@ -79,9 +79,9 @@ class IceCacheIndex : public SequenceIndex {
   int64_t skipped_absorptions() const { return skipped_.load(); }  // pool too full to re-arrange
   int64_t parallel_appends() const { return parallel_appends_; }   // OnAppend calls run in parallel
   int64_t runs_ahead() const { return runs_ahead_; }  // prompt runs laid out during the prefill
-  // The beam width (nodes kept per level, leaves included) for a tree over `keys` keys with
-  // room for `pages` more pages: max(kMinBeam, kBeamPerToken * keys, 2 * pages).
-  static int BeamWidth(int64_t keys, int64_t pages);
+  // How far the search goes with room for `pages` more pages: the config's search radius, and
+  // pages + kExtraLeaves candidate leaves.
+  static SearchWidth Width(const KvConfig& config, int64_t pages);
 
  private:
   struct ListState {
@@ -110,7 +110,7 @@ class IceCacheIndex : public SequenceIndex {
   // Lists every page of the list (exactly full attention) when the context fits the budget.
   bool SelectAllIfCovered(const KvSequence& seq, int layer, int head,
                           std::vector<PageRef>* out) const;
-  // One KV head's tree search (BeamSelect, or ExactSelect in exact mode), with its own scratch
+  // One KV head's tree search (BestFirstSelect, or ExactSelect in exact mode), with its own scratch
   // and stats so that heads can search on different threads.
   using HeadScratch = HeadSearchScratch<SearchScratch>;
   void SearchHead(const KvSequence& seq, int layer, int h, const float* qh,

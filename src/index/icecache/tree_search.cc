@@ -64,9 +64,10 @@ float Bound(const TreeQuery& query, const std::vector<float>& q_norm, const floa
   return b;
 }
 
-void BeamSelect(const LeafTree& tree, const TreeQuery& query, int beam,
-                std::span<const LooseUnit> loose, int64_t tokens, int64_t pages, LeafScorer& scorer,
-                SearchScratch* scratch, std::vector<Pick>* picks, SelectionStats* stats) {
+void BestFirstSelect(const LeafTree& tree, const TreeQuery& query, const SearchWidth& width,
+                     std::span<const LooseUnit> loose, int64_t tokens, int64_t pages,
+                     LeafScorer& scorer, SearchScratch* scratch, std::vector<Pick>* picks,
+                     SelectionStats* stats) {
   picks->clear();
   std::vector<Entry>& heap = scratch->heap;
   heap.clear();
@@ -74,47 +75,37 @@ void BeamSelect(const LeafTree& tree, const TreeQuery& query, int beam,
   for (size_t i = 0; i < loose.size(); ++i) push(loose[i].score, kLoose, static_cast<int32_t>(i));
   if (!tree.empty()) {
     PrepareQuery(query, scratch);
-    std::vector<int32_t>& frontier = scratch->frontier;
-    std::vector<std::pair<float, int32_t>>& cand = scratch->cand;
-    frontier.assign(1, tree.root());
-    // Down to the last inner level, keeping the `beam` children with the best bounds.
-    while (tree.node(frontier[0]).level > 1) {
-      cand.clear();
-      for (int32_t f : frontier) {
-        for (int32_t ch : tree.node(f).children) {
-          cand.emplace_back(-NodeBound(tree, query, scratch->q_norm, ch), ch);
-        }
+    // Nodes come out best first by the narrowed bound max_g (q_g.c + w |q_g| r); an inner node
+    // that comes out is expanded, a leaf becomes a candidate, until `width.leaves` candidates.
+    std::vector<std::pair<float, int32_t>>& open = scratch->cand;  // a max-heap by key
+    open.assign(1, {0.0f, tree.root()});
+    ++stats->nodes_visited;
+    const auto less = [](const auto& a, const auto& b) {
+      return a.first < b.first || (a.first == b.first && a.second > b.second);
+    };
+    for (int found = 0; !open.empty() && found < width.leaves;) {
+      std::pop_heap(open.begin(), open.end(), less);
+      const int32_t id = open.back().second;
+      open.pop_back();
+      const LeafTree::Node& n = tree.node(id);
+      if (n.level == 0) {
+        // A candidate enters the scoring below keyed by its true bound.
+        push(NodeBound(tree, query, scratch->q_norm, id), kNode, n.leaf);
+        ++found;
+        continue;
       }
-      stats->nodes_visited += static_cast<int64_t>(cand.size());
-      const size_t keep = std::min<size_t>(std::max(1, beam), cand.size());
-      std::partial_sort(cand.begin(), cand.begin() + keep, cand.end());
-      frontier.clear();
-      for (size_t i = 0; i < keep; ++i) frontier.push_back(cand[i].second);
-    }
-    // The leaf level keeps a beam too: the `beam` leaves whose centroids score best (q.c, the
-    // centre of each leaf's ball; bounds are dominated by the radius on real keys) enter the
-    // heap, keyed by their bound.
-    cand.clear();
-    for (int32_t f : frontier) {
-      for (int32_t ch : tree.node(f).children) {
-        cand.emplace_back(Bound(query, scratch->q_norm, tree.centroid(ch), 0.0f), ch);
+      for (int32_t ch : n.children) {
+        const float r = width.radius_weight * tree.node(ch).radius;
+        open.emplace_back(Bound(query, scratch->q_norm, tree.centroid(ch), r), ch);
+        std::push_heap(open.begin(), open.end(), less);
       }
-    }
-    stats->nodes_visited += static_cast<int64_t>(cand.size());
-    const size_t keep = std::min<size_t>(std::max(1, beam), cand.size());
-    std::partial_sort(cand.begin(), cand.begin() + keep, cand.end(),
-                      [](const auto& a, const auto& b) {
-                        return a.first > b.first || (a.first == b.first && a.second < b.second);
-                      });
-    for (size_t i = 0; i < keep; ++i) {
-      const int32_t ch = cand[i].second;
-      push(NodeBound(tree, query, scratch->q_norm, ch), kNode, tree.node(ch).leaf);
+      stats->nodes_visited += static_cast<int64_t>(n.children.size());
     }
   }
-  // Best first: a leaf on top by its bound is scored exactly and goes back by its score; a
+  // Best first: a candidate on top by its bound is scored exactly and goes back by its score; a
   // scored unit on top beats everything left (no bound below it is higher), so units come out in
-  // descending exact score, as if every leaf under the beam had been scored, and leaves whose
-  // bound is below the unit that stops the fill are never scored.
+  // descending exact score, as if every candidate had been scored, and candidates whose bound is
+  // below the unit that stops the fill are never scored.
   while (!heap.empty() && tokens > 0 && pages > 0) {
     std::pop_heap(heap.begin(), heap.end(), Later);
     const Entry e = heap.back();

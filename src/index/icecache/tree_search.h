@@ -3,14 +3,17 @@
 // Units are the tree's leaves plus loose pages (pages before the window that are in no leaf
 // yet, scored by the caller). Both searches fill the room greedily in descending score.
 //
-// BeamSelect (default): top-down beam search. From the root, each inner level keeps the `beam`
-// nodes with the best bound max_g (q_g.c + |q_g| r) among the children of the previous beam;
-// at the leaf level the `beam` leaves whose centroid scores best (max_g q_g.c: on real keys
-// the radius term dominates the bound and ranks leaves poorly; with SmolLM2 at 4K tokens this
-// ranking keeps the same attention recall as scoring every leaf) are ranked by exact score
-// (from their keys and the group's query heads, through LeafScorer; at most the best q.k), computed
-// best-bound-first so that a leaf whose bound cannot beat the unit that ends the fill is never
-// scored. Leaves and loose units fill the room in descending score until one does not fit.
+// BestFirstSelect (default): a best-first descent that only narrows the search. Nodes come
+// out of a priority queue by a narrowed bound, max_g (q_g.c + w |q_g| r) with a radius weight w
+// in [0, 1]: w = 1 is the true bound, which on real keys is dominated by the radius and ranks
+// nodes by size more than by direction; w = 0 is the centroid alone, which shrinks toward the
+// mean for large nodes. An inner node that comes out is expanded (its children's bounds are
+// computed, and counted); a leaf that comes out becomes a candidate, until `leaves` candidates.
+// The work therefore follows the query, not the context: where the best keys sit in a few
+// subtrees only those are opened. The candidates (and the loose units) are then ranked by exact
+// score (from their keys and the group's query heads, through LeafScorer; at most the best q.k),
+// computed best-bound-first so that a candidate whose true bound cannot beat the unit that ends
+// the fill is never scored. Units fill the room in descending score until one does not fit.
 //
 // ExactSelect (config.exact): a unit's score is its bound (a leaf's from its stored centroid
 // and radius), and the result is exactly what ExhaustiveSelect gives: every unit in the order
@@ -72,9 +75,17 @@ float Bound(const TreeQuery& query, const std::vector<float>& q_norm, const floa
 // Room: `tokens` tokens and `pages` pages. Picks (cleared first) come in selection order.
 // Bounds computed are added to stats->nodes_visited, exact q.k products (keys x group) to
 // stats->keys_scored.
-void BeamSelect(const LeafTree& tree, const TreeQuery& query, int beam,
-                std::span<const LooseUnit> loose, int64_t tokens, int64_t pages, LeafScorer& scorer,
-                SearchScratch* scratch, std::vector<Pick>* picks, SelectionStats* stats);
+// How far BestFirstSelect searches: the radius weight w of its narrowed bound, and how many
+// leaves it gathers as candidates.
+struct SearchWidth {
+  float radius_weight = 0.2f;
+  int leaves = 1;
+};
+
+void BestFirstSelect(const LeafTree& tree, const TreeQuery& query, const SearchWidth& width,
+                     std::span<const LooseUnit> loose, int64_t tokens, int64_t pages,
+                     LeafScorer& scorer, SearchScratch* scratch, std::vector<Pick>* picks,
+                     SelectionStats* stats);
 void ExactSelect(const LeafTree& tree, const TreeQuery& query, std::span<const LooseUnit> loose,
                  int64_t tokens, int64_t pages, SearchScratch* scratch, std::vector<Pick>* picks,
                  SelectionStats* stats);

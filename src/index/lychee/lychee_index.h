@@ -1,5 +1,6 @@
 // lychee (LycheeCluster): boundary-aware chunks laid out in their own pages, a 3-level
-// centroid/radius index per (layer, KV head), best-bound-first selection with pruning, and lazy
+// centroid/radius index per (layer, KV head), best-bound-first selection with pruning (bounds
+// narrowed by the config's search radius: exact at 1, search.h), and lazy
 // insertion of the chunks that leave the recent window, with re-clustering when drift passes
 // a threshold.
 //
@@ -54,7 +55,6 @@ class LycheeIndex : public SequenceIndex {
   const ChunkLengths& lengths() const { return lens_; }
   int64_t rebuilds() const;  // index builds, summed over (layer, KV head)
   int64_t skipped_absorptions() const { return skipped_; }  // pool too full to re-arrange
-  void set_radius_scale(float s) { radius_scale_ = s; }
 
  private:
   bool Indexed(int layer) const { return layer >= context_.config.dense_layers; }
@@ -84,7 +84,6 @@ class LycheeIndex : public SequenceIndex {
   int32_t chunk_pages_end_ = 0;
   int32_t pending_pages_ = 0;
   int64_t skipped_ = 0;
-  float radius_scale_ = 1;
   std::vector<ClusterIndex> heads_;  // [layer * n_kv_heads + head]
 
   // One KV head's bound search (what Select does for a list the budget does not cover), with

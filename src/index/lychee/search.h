@@ -1,4 +1,7 @@
-// Best-bound-first selection over a ClusterIndex, exact with respect to exhaustive scoring.
+// Best-bound-first selection over a ClusterIndex, exact with respect to exhaustive scoring when
+// radius_scale is 1. Below 1 every bound is narrowed to max_g (q_g.c + s |q_g| r): the search
+// stays the same, but nodes whose narrowed bound falls below the unit that ends the fill are
+// never opened, an approximation that opens far fewer nodes on real keys.
 //
 // Units are the index's chunks plus loose pages the caller scored exactly (pages not in any
 // chunk yet). A unit's score is its best q.k over its keys and over the query heads of the GQA
@@ -42,7 +45,7 @@ struct SearchQuery {
   const float* q = nullptr;  // [group][dim], the query heads of one KV head
   int group = 1;
   int dim = 0;
-  float radius_scale = 1;  // 1: exact bounds; < 1: approximate pruning (see SelectUnits)
+  float radius_scale = 1;  // 1: exact bounds; < 1: narrowed bounds (see above)
 };
 
 // Reused between calls so that the search allocates nothing once warm.
