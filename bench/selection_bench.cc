@@ -9,13 +9,15 @@
 //       the chosen layers and the queries of the steps that follow each context.
 //   selection_bench real --keys KEYS [--contexts ...] [--budgets 256,1024]
 //                        [--policies quest,lychee,icecache] [--model default]
-//       measures on the recorded keys (the model's tokenizer gives lychee its text boundaries).
+//                        [--search-radius W]
+//       measures on the recorded keys (the model's tokenizer gives lychee its text boundaries);
+//       --search-radius sets icecache's and lychee's (--kv-search-radius; default: theirs).
 //   selection_bench build [--context 128K] [--layers 32] [--kv-heads 8] [--dim 128]
 //                         [--threads 0,1,...] [--policy icecache] [--budget 2048] [--dtype bf16]
 //       the prompt's bulk index build as the engine runs it after prefill (every list of a
 //       sequence, one OnAppend, host worker threads), timed for each thread count listed.
 //   selection_bench synthetic [--contexts 1K,...,1M] [--budgets 256,1024] [--policies ...]
-//                             [--steps 32] [--topics 256]
+//                             [--steps 32] [--topics 256] [--search-radius W]
 //       one layer, one KV head, clustered Gaussian keys (bench/selection/synthetic_keys.h).
 #include <cmath>
 #include <cstdio>
@@ -186,11 +188,15 @@ void PrintGrowth(const std::vector<Row>& rows, int kv_heads) {
   }
 }
 
+float SearchRadius(const Args& a) { return std::stof(Get(a, "search-radius", "-1")); }
+
 // Rows are printed as they are measured (list quest first for the "vs quest" column).
+// search_radius: KvConfig::search_radius of icecache and lychee (-1: their defaults).
 int Measure(const KeySource& src, const std::vector<int64_t>& contexts,
             const std::vector<int64_t>& budgets, const std::vector<std::string>& policies,
-            int steps, int chunk) {
+            int steps, int chunk, float search_radius) {
   std::vector<Row> rows;
+  if (search_radius >= 0) std::printf("icecache and lychee: search radius %g\n\n", search_radius);
   PrintHeader();
   for (int64_t c : contexts) {
     for (int64_t b : budgets) {
@@ -199,6 +205,7 @@ int Measure(const KeySource& src, const std::vector<int64_t>& contexts,
         KvConfig kv;
         kv.policy = p;
         kv.budget = static_cast<int>(b);
+        kv.search_radius = search_radius;
         if (Status s = kv.Validate(); !s.ok()) return Fail(s);
         DriveOptions o;
         o.context = c;
@@ -257,7 +264,7 @@ int Real(const Args& a) {
   std::printf(" (%d KV heads, %d query heads, head_dim %d); %d decode steps per context\n\n",
               r.n_kv_heads, r.n_heads, r.head_dim, steps);
   return Measure(src, *contexts, *budgets, Split(Get(a, "policies", "quest,lychee,icecache")),
-                 steps, 512);
+                 steps, 512, SearchRadius(a));
 }
 
 int Synthetic(const Args& a) {
@@ -281,7 +288,7 @@ int Synthetic(const Args& a) {
       "context\n\n",
       spec.dim, spec.topics, spec.segment, spec.key_noise, spec.query_noise, steps);
   return Measure(src, *contexts, *budgets, Split(Get(a, "policies", "quest,lychee,icecache")),
-                 steps, static_cast<int>(std::stol(Get(a, "chunk", "512"))));
+                 steps, static_cast<int>(std::stol(Get(a, "chunk", "512"))), SearchRadius(a));
 }
 
 int Build(const Args& a) {
