@@ -31,21 +31,43 @@ struct Sample {
 
 }  // namespace
 
-Result<std::vector<std::string>> ParsePolicyList(const std::string& list, const KvConfig& base) {
-  std::vector<std::string> out;
+Result<std::vector<PolicySpec>> ParsePolicyList(const std::string& list, const KvConfig& base) {
+  std::vector<PolicySpec> out;
   std::stringstream ss(list);
-  std::string name;
-  while (std::getline(ss, name, ',')) {
-    KvConfig kv = base;
-    kv.policy = name;
-    ICECACHE_RETURN_IF_ERROR(kv.Validate());
-    if (std::find(out.begin(), out.end(), name) != out.end()) {
-      return InvalidArgument("--kv-policies: '" + name + "' is listed twice");
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    PolicySpec spec{item, base};
+    std::string name = item;
+    if (const size_t at = name.find('@'); at != std::string::npos) {
+      const std::string b = name.substr(at + 1);
+      name.resize(at);
+      if (b.empty() || b.find_first_not_of("0123456789") != std::string::npos || b.size() > 9) {
+        return InvalidArgument("--kv-policies: '" + item + "': the budget after @ must be a " +
+                               "positive number of tokens");
+      }
+      spec.kv.budget = std::stoi(b);
     }
-    out.push_back(name);
+    if (const size_t colon = name.find(':'); colon != std::string::npos) {
+      spec.kv.rank = name.substr(colon + 1);
+      name.resize(colon);
+    }
+    spec.kv.policy = name;
+    if (Status s = spec.kv.Validate(); !s.ok()) {
+      return InvalidArgument("--kv-policies: '" + item + "': " + s.message());
+    }
+    for (const PolicySpec& o : out) {
+      if (o.label == item) return InvalidArgument("--kv-policies: '" + item + "' is listed twice");
+    }
+    out.push_back(std::move(spec));
   }
   if (out.empty()) return InvalidArgument("--kv-policies is empty");
   return out;
+}
+
+std::vector<std::string> PolicyNames(const std::vector<PolicySpec>& specs) {
+  std::vector<std::string> names;
+  for (const PolicySpec& s : specs) names.push_back(s.kv.policy);
+  return names;
 }
 
 int RunPolicyBench(Engine& engine, const std::vector<int32_t>& tokens,
@@ -55,20 +77,19 @@ int RunPolicyBench(Engine& engine, const std::vector<int32_t>& tokens,
   // Policies this build does not implement are reported and left out.
   PolicyBenchParams p = params;
   p.policies.clear();
-  for (const std::string& name : params.policies) {
-    KvConfig kv = params.base;
-    kv.policy = name;
+  for (const PolicySpec& spec : params.policies) {
+    KvConfig kv = spec.kv;
     auto probe = impl->NewState(&kv);
     if (!probe.ok() && probe.status().code() == StatusCode::kUnsupported) {
-      std::fprintf(stderr, "skipping policy %s: %s\n", name.c_str(),
+      std::fprintf(stderr, "skipping policy %s: %s\n", spec.label.c_str(),
                    probe.status().message().c_str());
       continue;
     }
     if (!probe.ok()) return ReportError(probe.status());
-    p.policies.push_back(name);
+    p.policies.push_back(spec);
   }
   if (p.policies.empty()) return ReportError(Unsupported("no policy of --kv-policies can run"));
-  KvConfig full = p.base;
+  KvConfig full = p.policies.front().kv;
   full.policy = "full";
   if (!p.json) {
     std::printf(
@@ -76,10 +97,8 @@ int RunPolicyBench(Engine& engine, const std::vector<int32_t>& tokens,
         "each policy every round; %d decode steps per policy and round; %d rounds, policies "
         "interleaved (order rotating); medians over rounds\n\n",
         p.decode, p.decode, p.repeats);
-    for (const std::string& name : p.policies) {
-      KvConfig kv = p.base;
-      kv.policy = name;
-      std::printf("- %s\n", kv.Describe().c_str());
+    for (const PolicySpec& spec : p.policies) {
+      std::printf("- %s: %s\n", spec.label.c_str(), spec.kv.Describe().c_str());
     }
     std::printf("\n");
     std::printf(
@@ -106,9 +125,8 @@ int RunPolicyBench(Engine& engine, const std::vector<int32_t>& tokens,
     const int n = static_cast<int>(p.policies.size());
     for (int r = 0; r < p.repeats; ++r) {
       for (int i = 0; i < n; ++i) {
-        const std::string& name = p.policies[(i + r) % n];
-        KvConfig kv = p.base;
-        kv.policy = name;
+        const std::string& name = p.policies[(i + r) % n].label;
+        KvConfig kv = p.policies[(i + r) % n].kv;
         const double t0 = NowSeconds();
         auto fork = impl->ForkState(**base, kv);
         if (!fork.ok()) return ReportError(fork.status());
@@ -121,7 +139,8 @@ int RunPolicyBench(Engine& engine, const std::vector<int32_t>& tokens,
         samples[name].push_back(s);
       }
     }
-    for (const std::string& name : p.policies) {
+    for (const PolicySpec& spec : p.policies) {
+      const std::string& name = spec.label;
       const std::vector<Sample>& v = samples[name];
       auto med = [&](auto field) {
         std::vector<double> x;
@@ -144,7 +163,8 @@ int RunPolicyBench(Engine& engine, const std::vector<int32_t>& tokens,
       }
       rows.push_back({{"context", ctx},
                       {"policy", name},
-                      {"config", kv.policy},
+                      {"config", spec.kv.Describe()},
+                      {"budget", spec.kv.budget},
                       {"decode_tokens_per_second", tps},
                       {"decode_ms_per_step", tps > 0 ? 1000.0 / tps : 0.0},
                       {"select_seconds", sel},
@@ -154,7 +174,8 @@ int RunPolicyBench(Engine& engine, const std::vector<int32_t>& tokens,
                       {"tokens_attended", attended},
                       {"nodes_visited", kv.nodes_visited},
                       {"fork_seconds", fork},
-                      {"rounds_tokens_per_second", runs}});
+                      {"rounds_tokens_per_second", runs},
+                      {"kv", KvStatsToJson(kv)}});
       if (!p.json) {
         std::printf(
             "| %7d | %s | %12.2f | %7.2f | %9.3f | %8.3f | %9.3f | %7.2f | %15.1f | %13.1f | "

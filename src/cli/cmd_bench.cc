@@ -95,7 +95,7 @@ int Run(const BenchArgs& a) {
   for (int c : *contexts) {
     if (c <= a.decode + 1) return ReportError(InvalidArgument("context too short for --decode"));
   }
-  std::vector<std::string> policies;
+  std::vector<PolicySpec> policies;
   if (!a.policies.empty()) {
     auto list = ParsePolicyList(a.policies, a.model.kv);
     if (!list.ok()) return ReportError(list.status());
@@ -112,7 +112,7 @@ int Run(const BenchArgs& a) {
   eo.max_sequences = std::max(eo.max_sequences, a.batch);
   // --kv-policies: the full prefill plus one fork, which may need twice the positional pages.
   if (!policies.empty()) eo.max_sequences = std::max(eo.max_sequences, 3);
-  OffloadForPolicies(policies, &eo);
+  OffloadForPolicies(PolicyNames(policies), &eo);
   auto engine_or = Engine::Create(eo);
   if (!engine_or.ok()) return ReportError(engine_or.status());
   Engine& engine = **engine_or;
@@ -151,7 +151,7 @@ int Run(const BenchArgs& a) {
                 engine.info().backend.c_str());
   }
   if (!policies.empty()) {
-    PolicyBenchParams p{*contexts, policies, a.model.kv, a.decode, a.repeats, a.json};
+    PolicyBenchParams p{*contexts, policies, a.decode, a.repeats, a.json};
     return RunPolicyBench(engine, tokens, p);
   }
   if (!a.json) {
@@ -266,8 +266,10 @@ Command AddBenchCommand(CLI::App& root) {
   app->add_flag("--kv-stats", args->kv_stats,
                 "print the KV accounting of each context's last run (stderr; \"kv\" in --json)");
   app->add_option("--kv-policies", args->policies,
-                  "compare the decode speed of these KV policies in one run (e.g. "
-                  "full,icecache,lychee,quest; the other --kv-* options apply to each)");
+                  "compare the decode speed of these KV policies in one run, each written NAME, "
+                  "NAME:RANK, NAME@BUDGET or NAME:RANK@BUDGET (e.g. "
+                  "full,quest@2048,icecache@256,lychee:centroid@2048; the other --kv-* options "
+                  "fill in the rest)");
   app->add_option("--text-file", args->text_file,
                   "prompt text from this file (instead of built-in filler prose)");
   return {app, [args]() { return Run(*args); }};

@@ -63,6 +63,42 @@ TEST(KvMeasureCliTest, BenchComparesPoliciesInOneRun) {
   EXPECT_LE(rows[2]["tokens_attended"].get<double>(), 64);
 }
 
+// Entries may carry their own rank and budget: one prefill serves a whole budget sweep.
+TEST(KvMeasureCliTest, BenchPolicyEntriesCarryRankAndBudget) {
+  auto r = RunCommand(CliPath() +
+                      " bench --synthetic tiny --contexts 300 --decode 3 --repeats 1"
+                      " --kv-policies full,quest@96,quest@160,icecache:centroid@128,icecache"
+                      " --kv-budget 64 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  const Json& rows = j["results"];
+  ASSERT_EQ(rows.size(), 5u);
+  const char* labels[] = {"full", "quest@96", "quest@160", "icecache:centroid@128", "icecache"};
+  const int budgets[] = {64, 96, 160, 128, 64};
+  for (size_t i = 0; i < 5; ++i) {
+    SCOPED_TRACE(labels[i]);
+    EXPECT_EQ(rows[i]["policy"], labels[i]);
+    EXPECT_EQ(rows[i]["budget"], budgets[i]);
+    EXPECT_TRUE(rows[i]["kv"].is_object());
+    if (i > 0) {
+      EXPECT_LE(rows[i]["tokens_attended"].get<double>(), budgets[i]);
+    }
+  }
+  // A larger budget attends more of the 300 tokens.
+  EXPECT_GT(rows[2]["tokens_attended"].get<double>(), rows[1]["tokens_attended"].get<double>());
+  EXPECT_NE(rows[3]["config"].get<std::string>().find("rank centroid"), std::string::npos);
+}
+
+TEST(KvMeasureCliTest, BenchRejectsBadPolicyEntries) {
+  for (const char* bad : {"quest@", "quest@abc", "quest@-5", "lychee:soft@64", "icecache@8"}) {
+    SCOPED_TRACE(bad);
+    auto r =
+        RunCommand(CliPath() + " bench --synthetic tiny --contexts 300 --kv-policies full," + bad);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find(bad), std::string::npos) << r.err;
+  }
+}
+
 TEST(KvMeasureCliTest, BenchRejectsUnknownPolicy) {
   auto r = RunCommand(CliPath() + " bench --synthetic tiny --contexts 300 --kv-policies full,nope");
   EXPECT_NE(r.exit_code, 0);
