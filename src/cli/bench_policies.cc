@@ -27,6 +27,7 @@ struct Sample {
   double tokens_per_second = 0;
   double fork_seconds = 0;  // KV copy plus index build (not part of decode)
   KvStats kv;
+  std::vector<double> step_ms;  // every decode step's time
 };
 
 }  // namespace
@@ -136,6 +137,7 @@ int RunPolicyBench(Engine& engine, const std::vector<int32_t>& tokens,
         if (!out.ok()) return ReportError(out.status());
         s.tokens_per_second = out->stats.decode_tokens_per_second;
         s.kv = out->stats.kv;
+        s.step_ms = out->stats.decode_step_ms;
         samples[name].push_back(s);
       }
     }
@@ -175,6 +177,7 @@ int RunPolicyBench(Engine& engine, const std::vector<int32_t>& tokens,
                       {"nodes_visited", kv.nodes_visited},
                       {"fork_seconds", fork},
                       {"rounds_tokens_per_second", runs},
+                      {"decode_step_ms", v.back().step_ms},  // the last round, step by step
                       {"kv", KvStatsToJson(kv)}});
       if (!p.json) {
         std::printf(

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Issue 6, item 5 in one run: build, the offload tests, and the three benchmarks, then a summary
+# with every target marked met or not (item5_summary.py). The defaults are the issue's matrix on
+# one H200 with the Llama-3.1-8B shape (synthetic weights):
+#   5a  batch 1 at 32K and 128K. Full attention with all KV on the device runs on its own (one
+#       prefill per context). The offloaded configurations (quest, icecache, and lychee ranked
+#       by centroid so that it selects on the device; budgets 256, 1024 and 2048) are forked from
+#       one prefill per context (bench --kv-policies), so the matrix costs two long prefills, not
+#       twenty. Selection on a real model's keys: SmolLM2 reads real text (.carry/real_text.txt)
+#       at 8K and 32K, forked into each policy, with --kv-timing for the select time per layer.
+#   5b  128K under --device-mem-limit 24G: full attention at batch 1 (expected not to fit), then
+#       icecache at batches 1, 2, ... until one fails.
+#   5c  32K on the whole GPU: full attention and icecache at increasing batches, each up to its
+#       first failure; their best throughputs are compared.
+# Batches share one prefilled prompt (--shared-prompt). Results go to $OUT (default
+# out/gpu-item5): run.log, item5.jsonl (one JSON object per configuration) and summary.md.
+#
+#   tools/gpu/item5_run.sh [--bundle FILE] [--skip-tests] [--skip-real] [--skip-5a] [--skip-5b]
+#       [--skip-5c] [--device cuda] [--shape llama-3.1-8b] [--contexts "32768 131072"]
+#       [--budgets "256 1024 2048"] [--policies "quest icecache lychee:centroid"] [--decode 16]
+#       [--real-contexts 8K,32K] [--b-context 131072] [--mem-limit 24G] [--b-batches "1 2 3 4"]
+#       [--c-context 32768] [--c-budget 2048] [--full-batches "8 16 24 32"]
+#       [--ice-batches "1 4 8 12"] [--bench-timeout SECONDS]
+# --device cpu with --shape tiny and short contexts checks the script itself on any machine.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-$ROOT/out/gpu-item5}
+BUNDLE="" TESTS=1 REAL=1 DO_A=1 DO_B=1 DO_C=1 DEVICE=cuda SHAPE=llama-3.1-8b DECODE=16
+CONTEXTS="32768 131072" BUDGETS="256 1024 2048" POLICIES="quest icecache lychee:centroid"
+REAL_CONTEXTS=8K,32K B_CONTEXT=131072 MEM_LIMIT=24G B_BATCHES="1 2 3 4" C_CONTEXT=32768
+C_BUDGET=2048 FULL_BATCHES="8 16 24 32" ICE_BATCHES="1 4 8 12" TIMEOUT=300
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --bundle) BUNDLE=$2; shift ;;
+    --skip-tests) TESTS=0 ;;
+    --skip-real) REAL=0 ;;
+    --skip-5a) DO_A=0 ;;
+    --skip-5b) DO_B=0 ;;
+    --skip-5c) DO_C=0 ;;
+    --device) DEVICE=$2; shift ;;
+    --shape) SHAPE=$2; shift ;;
+    --contexts) CONTEXTS=$2; shift ;;
+    --budgets) BUDGETS=$2; shift ;;
+    --policies) POLICIES=$2; shift ;;
+    --decode) DECODE=$2; shift ;;
+    --real-contexts) REAL_CONTEXTS=$2; shift ;;
+    --b-context) B_CONTEXT=$2; shift ;;
+    --mem-limit) MEM_LIMIT=$2; shift ;;
+    --b-batches) B_BATCHES=$2; shift ;;
+    --c-context) C_CONTEXT=$2; shift ;;
+    --c-budget) C_BUDGET=$2; shift ;;
+    --full-batches) FULL_BATCHES=$2; shift ;;
+    --ice-batches) ICE_BATCHES=$2; shift ;;
+    --bench-timeout) TIMEOUT=$2; shift ;;
+    *) echo "unknown option $1"; exit 2 ;;
+  esac
+  shift
+done
+source "$ROOT/tools/gpu/log.sh"
+rm -f "$OUT/item5.jsonl"
+
+step "environment"
+nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv 2>/dev/null ||
+  echo "no nvidia-smi (device $DEVICE)"
+step "build"
+if [[ $DEVICE == cuda ]]; then
+  source "$ROOT/tools/gpu/binaries.sh"
+else
+  BIN=${BIN:-$ROOT/build/icecache}
+  [[ -x $BIN ]] || { echo "no $BIN: build the CPU binary first"; exit 1; }
+fi
+MODEL=$ROOT/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+if [[ $TESTS == 1 && $DEVICE == cuda ]]; then
+  step "CUDA offload and device-selection tests"
+  timeout 300 "$TESTBIN" --gtest_color=no --gtest_filter='CudaOffload*:CudaPageSelect*' ||
+    fail "offload and device-selection tests"
+fi
+
+# One bench run: appends {"bench": NAME, "batch": B, "ok": bool, "rc": N, ...} to item5.jsonl,
+# one line per result row (several for --kv-policies). Returns the run's exit status.
+run() {  # name batch args...
+  local name=$1 batch=$2
+  shift 2
+  step "$name (batch $batch)"
+  timeout "$TIMEOUT" "$BIN" bench --device "$DEVICE" --batch "$batch" --kv-stats --json "$@" \
+    >"$OUT/tmp.json" 2>"$OUT/tmp.err"
+  local rc=$?
+  tail -n 30 "$OUT/tmp.err"
+  python3 - "$OUT/tmp.json" "$OUT/tmp.err" "$name" "$batch" "$rc" >>"$OUT/item5.jsonl" <<'EOF'
+import json, sys
+path, err, name, batch, rc = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+rows = []
+if rc == 0:
+    rows = json.load(open(path))["results"]
+lines = [l.strip() for l in open(err, errors="replace") if l.strip()]
+error = {} if rc == 0 else {"error": lines[-1] if lines else ""}
+for r in rows or [{}]:
+    print(json.dumps({"bench": name, "batch": batch, "ok": rc == 0, "rc": rc, **error, **r}))
+EOF
+  return $rc
+}
+
+# "quest icecache lychee:centroid" x "256 2048" -> quest@256,icecache@256,...
+entries() {
+  local out=""
+  for b in $BUDGETS; do
+    for p in $POLICIES; do out+="${out:+,}$p@$b"; done
+  done
+  echo "$out"
+}
+
+SYN=(--synthetic "$SHAPE" --decode "$DECODE" --repeats 1 --prefill-chunk 4096)
+if [[ $DO_A == 1 ]]; then
+  for ctx in $CONTEXTS; do
+    run "5a full $ctx" 1 "${SYN[@]}" --contexts "$ctx" --kv-offload off ||
+      fail "5a full attention at $ctx"
+    run "5a offloaded $ctx" 1 "${SYN[@]}" --contexts "$ctx" --kv-policies "$(entries)" ||
+      fail "5a offloaded policies at $ctx"
+  done
+  if [[ $REAL == 1 ]]; then
+    if [[ -f $MODEL && -f $ROOT/.carry/real_text.txt ]]; then
+      run "5a real keys" 1 -m default --contexts "$REAL_CONTEXTS" --decode 32 --repeats 1 \
+        --text-file "$ROOT/.carry/real_text.txt" --kv-timing --kv-policies "$(entries)" ||
+        fail "5a selection on real keys"
+    else
+      fail "5a real keys: $MODEL or .carry/real_text.txt is missing"
+    fi
+  fi
+fi
+if [[ $DO_B == 1 ]]; then
+  run "5b full $B_CONTEXT under $MEM_LIMIT" 1 "${SYN[@]}" --shared-prompt --contexts "$B_CONTEXT" \
+    --kv-offload off --device-mem-limit "$MEM_LIMIT" && echo "note: full attention fit"
+  for b in $B_BATCHES; do
+    run "5b icecache $B_CONTEXT under $MEM_LIMIT" "$b" "${SYN[@]}" --shared-prompt \
+      --contexts "$B_CONTEXT" --kv-policy icecache --kv-budget "$C_BUDGET" \
+      --device-mem-limit "$MEM_LIMIT" || break
+  done
+fi
+if [[ $DO_C == 1 ]]; then
+  for b in $FULL_BATCHES; do
+    run "5c full $C_CONTEXT" "$b" "${SYN[@]}" --shared-prompt --contexts "$C_CONTEXT" \
+      --kv-offload off || break
+  done
+  for b in $ICE_BATCHES; do
+    run "5c icecache $C_CONTEXT" "$b" "${SYN[@]}" --shared-prompt --contexts "$C_CONTEXT" \
+      --kv-policy icecache --kv-budget "$C_BUDGET" || break
+  done
+fi
+rm -f "$OUT/tmp.json" "$OUT/tmp.err"
+step "summary"
+python3 "$ROOT/tools/gpu/item5_summary.py" "$OUT/item5.jsonl" | tee "$OUT/summary.md" ||
+  fail "summary"
+step "done (status $STATUS)"
+exit $STATUS
