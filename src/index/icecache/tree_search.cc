@@ -77,29 +77,39 @@ void BestFirstSelect(const LeafTree& tree, const TreeQuery& query, const SearchW
     PrepareQuery(query, scratch);
     // Nodes come out best first by the narrowed bound max_g (q_g.c + w |q_g| r); an inner node
     // that comes out is expanded, a leaf becomes a candidate, until `width.leaves` candidates.
-    std::vector<std::pair<float, int32_t>>& open = scratch->cand;  // a max-heap by key
-    open.assign(1, {0.0f, tree.root()});
-    ++stats->nodes_visited;
-    const auto less = [](const auto& a, const auto& b) {
-      return a.first < b.first || (a.first == b.first && a.second > b.second);
+    // Each node's q.c is computed once: with it, the narrowed bound orders the queue and the true
+    // bound keys a candidate in the scoring below.
+    std::vector<SearchScratch::Open>& open = scratch->open;  // a max-heap by narrowed bound
+    const auto less = [](const SearchScratch::Open& a, const SearchScratch::Open& b) {
+      return a.key < b.key || (a.key == b.key && a.id > b.id);
     };
+    auto add = [&](int32_t id) {
+      const LeafTree::Node& n = tree.node(id);
+      float narrowed = -std::numeric_limits<float>::infinity(), bound = narrowed;
+      for (int g = 0; g < query.group; ++g) {
+        const float qc =
+            DotF(query.q + static_cast<size_t>(g) * query.dim, tree.centroid(id), query.dim);
+        const float qr = scratch->q_norm[g] * n.radius;
+        narrowed = std::max(narrowed, qc + width.radius_weight * qr);
+        bound = std::max(bound, qc + qr);
+      }
+      open.push_back({narrowed, bound, id});
+      std::push_heap(open.begin(), open.end(), less);
+      ++stats->nodes_visited;
+    };
+    open.clear();
+    add(tree.root());
     for (int found = 0; !open.empty() && found < width.leaves;) {
       std::pop_heap(open.begin(), open.end(), less);
-      const int32_t id = open.back().second;
+      const SearchScratch::Open top = open.back();
       open.pop_back();
-      const LeafTree::Node& n = tree.node(id);
+      const LeafTree::Node& n = tree.node(top.id);
       if (n.level == 0) {
-        // A candidate enters the scoring below keyed by its true bound.
-        push(NodeBound(tree, query, scratch->q_norm, id), kNode, n.leaf);
+        push(top.bound, kNode, n.leaf);
         ++found;
         continue;
       }
-      for (int32_t ch : n.children) {
-        const float r = width.radius_weight * tree.node(ch).radius;
-        open.emplace_back(Bound(query, scratch->q_norm, tree.centroid(ch), r), ch);
-        std::push_heap(open.begin(), open.end(), less);
-      }
-      stats->nodes_visited += static_cast<int64_t>(n.children.size());
+      for (int32_t ch : n.children) add(ch);
     }
   }
   // Best first: a candidate on top by its bound is scored exactly and goes back by its score; a

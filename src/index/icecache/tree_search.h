@@ -63,8 +63,12 @@ struct SearchScratch {
   };
   std::vector<Entry> heap;
   std::vector<float> q_norm;
-  std::vector<std::pair<float, int32_t>> cand;
-  std::vector<int32_t> frontier;
+  struct Open {
+    float key;    // narrowed bound
+    float bound;  // true bound
+    int32_t id;   // node
+  };
+  std::vector<Open> open;  // BestFirstSelect's queue of nodes
 };
 
 // Per-head norms of the query (scratch->q_norm) for Bound.
