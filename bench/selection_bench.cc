@@ -14,8 +14,10 @@
 //       --search-radius sets icecache's and lychee's (--kv-search-radius; default: theirs).
 //   selection_bench build [--context 128K] [--layers 32] [--kv-heads 8] [--dim 128]
 //                         [--threads 0,1,...] [--policy icecache] [--budget 2048] [--dtype bf16]
+//                         [--decode N]
 //       the prompt's bulk index build as the engine runs it after prefill (every list of a
-//       sequence, one OnAppend, host worker threads), timed for each thread count listed.
+//       sequence, one OnAppend, host worker threads), timed for each thread count listed; with
+//       --decode N, then N decode tokens appended one at a time, each OnAppend timed.
 //   selection_bench synthetic [--contexts 1K,...,1M] [--budgets 256,1024] [--policies ...]
 //                             [--steps 32] [--topics 256] [--search-radius W]
 //       one layer, one KV head, clustered Gaussian keys (bench/selection/synthetic_keys.h).
@@ -305,6 +307,7 @@ int Build(const Args& a) {
   o.dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32;
   o.kv.policy = Get(a, "policy", "icecache");
   o.kv.budget = static_cast<int>(std::stol(Get(a, "budget", "2048")));
+  o.decode = static_cast<int>(std::stol(Get(a, "decode", "0")));
   std::printf("bulk build of %d x %d lists of %lld keys (d %d, %s pages), policy %s budget %d\n\n",
               o.layers, o.kv_heads, static_cast<long long>(o.context), o.dim, dtype.c_str(),
               o.kv.policy.c_str(), o.kv.budget);
@@ -316,6 +319,12 @@ int Build(const Args& a) {
     std::printf("| %d | %.2f | %.2f | %.1f | %.1f |\n", r->threads, r->fill_seconds,
                 r->build_seconds, 1e3 * r->build_seconds / static_cast<double>(r->lists),
                 static_cast<double>(r->lists) / r->build_seconds);
+    if (!r->step_seconds.empty()) {
+      std::printf("\nOnAppend ms of decode tokens 1 to %zu (%d threads):", r->step_seconds.size(),
+                  r->threads);
+      for (double s : r->step_seconds) std::printf(" %.2f", 1e3 * s);
+      std::printf("\n\n");
+    }
     std::fflush(stdout);
   }
   return 0;

@@ -27,31 +27,34 @@ struct BulkBuildOptions {
   DType dtype = DType::kBF16;
   int threads = 0;  // 0: every hardware thread
   KvConfig kv;      // policy, budget, window, sink
+  int decode = 0;   // decode tokens appended after the build, one OnAppend each
 };
 
 struct BulkBuildResult {
   double fill_seconds = 0, build_seconds = 0;
   int threads = 0;
   int64_t lists = 0;
+  std::vector<double> step_seconds;  // OnAppend of each decode token
 };
 
-// Writes the synthetic keys of positions [0, context) into every list (values only matter for
-// the keys; V rows are left as the pool gives them).
-inline Status FillKeys(const SyntheticKeys& gen, KvSequence& seq, ThreadPool& workers) {
+// Writes the synthetic keys of positions [first, length) into every list (values only matter
+// for the keys; V rows are left as the pool gives them).
+inline Status FillKeys(const SyntheticKeys& gen, KvSequence& seq, ThreadPool& workers,
+                       int64_t first = 0) {
   const KvLayout& L = seq.layout();
-  const int64_t n = seq.length();
+  const int64_t n = seq.length() - first;
   const KvPoolView v = seq.pool().view();
   std::vector<int32_t> slots(static_cast<size_t>(n * L.n_kv_heads));
   for (int l = 0; l < L.n_layers; ++l) {
-    seq.Slots(l, 0, n, slots.data());
+    seq.Slots(l, first, n, slots.data());
     workers.ParallelFor(n, 256, [&](int, int64_t begin, int64_t end) {
       std::vector<float> k(static_cast<size_t>(L.head_dim));
       for (int64_t t = begin; t < end; ++t) {
         for (int h = 0; h < L.n_kv_heads; ++h) {
           const int64_t slot = slots[t * L.n_kv_heads + h];
           // Heads and layers see the same topics at different positions.
-          gen.Key(t + 7919 * (l * L.n_kv_heads + h), k.data());
-          v.positions[slot] = static_cast<int32_t>(t);
+          gen.Key(first + t + 7919 * (l * L.n_kv_heads + h), k.data());
+          v.positions[slot] = static_cast<int32_t>(first + t);
           if (L.dtype == DType::kF32) {
             std::copy(k.begin(), k.end(), static_cast<float*>(v.k) + slot * L.head_dim);
           } else {
@@ -84,7 +87,8 @@ inline Result<BulkBuildResult> RunBulkBuild(const BulkBuildOptions& o) {
   if (!index) return InvalidArgument("policy '" + o.kv.policy + "' has no index to build");
   auto backend = MakeCpuBackend({.threads = 1});
   ICECACHE_ASSIGN_OR_RETURN(
-      auto pool, PagePool::Create(*backend, layout, PoolPagesFor(o.kv, layout, o.context)));
+      auto pool,
+      PagePool::Create(*backend, layout, PoolPagesFor(o.kv, layout, o.context + o.decode)));
   {
     // Every page touched once, as the engine's pinned host tier is: the build then pays no
     // first-touch page faults that the engine would not.
@@ -108,6 +112,17 @@ inline Result<BulkBuildResult> RunBulkBuild(const BulkBuildOptions& o) {
   t0 = NowSeconds();
   ICECACHE_RETURN_IF_ERROR(index->OnAppend(seq, 0, tokens));
   r.build_seconds = NowSeconds() - t0;
+  // Decode: one token at a time, as the engine appends them (the tokens leaving the window are
+  // inserted into the index once a page of them has left it).
+  const std::vector<int32_t> one(1, 0);
+  for (int i = 0; i < o.decode; ++i) {
+    const int64_t pos = seq.length();
+    ICECACHE_RETURN_IF_ERROR(seq.Grow(1));
+    ICECACHE_RETURN_IF_ERROR(FillKeys(gen, seq, workers, pos));
+    t0 = NowSeconds();
+    ICECACHE_RETURN_IF_ERROR(index->OnAppend(seq, pos, one));
+    r.step_seconds.push_back(NowSeconds() - t0);
+  }
   return r;
 }
 
