@@ -112,7 +112,8 @@ struct KvStats {
   int64_t working_set_bytes = 0;  // working-set slots reserved for this sequence
   int64_t index_bytes = 0;        // index metadata
   // Selection ran in device memory (--kv-select): the bytes it keeps there for this sequence
-  // (page bounds, list mirrors, residency map, scratch).
+  // (list mirrors, residency map, scratch) plus the page bounds as allocated, for every page of
+  // the engine's pool (shared by the sequences that select on the device).
   bool device_select = false;
   int64_t device_index_bytes = 0;
   // Attention-mass recall (KvConfig::recall): per (decode step, layer, query head) the exact

@@ -68,6 +68,9 @@ class DeviceSelection {
   Result<WorkingSetCounters> Counters(const KvLayout& layout);
   // Backend bytes of the lists, limits, residency map and scratch (the shared bounds excluded).
   int64_t device_bytes() const;
+  // Backend bytes of the page summaries it ranks by: one tensor for the engine's whole pool,
+  // shared by the sequences that select on the device.
+  int64_t bounds_bytes() const { return bounds_.nbytes(); }
 
  private:
   DeviceSelection() = default;

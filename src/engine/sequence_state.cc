@@ -26,11 +26,10 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
   s.working_set_bytes = working_set ? working_set->bytes() : 0;
   s.index_bytes = index ? index->MemoryBytes() : 0;
   s.device_select = device_select != nullptr;
-  // Its lists, residency and scratch, and the bounds of its pages (kept for the whole pool).
-  s.device_index_bytes = device_select ? device_select->device_bytes() +
-                                             seq.num_pages() * DeviceSelection::BoundRows(kv) *
-                                                 RowBytes(seq.layout().dtype, seq.layout().head_dim)
-                                       : 0;
+  // Its lists, residency and scratch, and the page summaries as allocated: a tensor for every
+  // page of the engine's pool (shared with the engine's other sequences), not only its pages.
+  s.device_index_bytes =
+      device_select ? device_select->device_bytes() + device_select->bounds_bytes() : 0;
   s.prompt_index_seconds = prompt_index_s;
   s.recall_samples = acct.recall.samples();
   s.recall_mean = acct.recall.Mean();
