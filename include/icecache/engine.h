@@ -134,6 +134,9 @@ struct GenerateStats {
   double decode_step_ms_steady = 0;
   // Every decode step's time in ms, in order (a step shared by a batch is listed for each).
   std::vector<double> decode_step_ms;
+  // The KV index's update after each of those steps (its OnAppend of the step's token), in ms;
+  // host time that decode_step_ms leaves out.
+  std::vector<double> decode_step_update_ms;
   int64_t kv_bytes = 0;  // KV held by this sequence at the end
   int64_t kv_bytes_per_token = 0;
   int64_t peak_rss_bytes = 0;

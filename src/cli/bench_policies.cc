@@ -27,7 +27,8 @@ struct Sample {
   double tokens_per_second = 0;
   double fork_seconds = 0;  // KV copy plus index build (not part of decode)
   KvStats kv;
-  std::vector<double> step_ms;  // every decode step's time
+  std::vector<double> step_ms;    // every decode step's time
+  std::vector<double> update_ms;  // the index update within each step
 };
 
 }  // namespace
@@ -138,6 +139,7 @@ int RunPolicyBench(Engine& engine, const std::vector<int32_t>& tokens,
         s.tokens_per_second = out->stats.decode_tokens_per_second;
         s.kv = out->stats.kv;
         s.step_ms = out->stats.decode_step_ms;
+        s.update_ms = out->stats.decode_step_update_ms;
         samples[name].push_back(s);
       }
     }
@@ -178,6 +180,7 @@ int RunPolicyBench(Engine& engine, const std::vector<int32_t>& tokens,
                       {"fork_seconds", fork},
                       {"rounds_tokens_per_second", runs},
                       {"decode_step_ms", v.back().step_ms},  // the last round, step by step
+                      {"decode_step_update_ms", v.back().update_ms},
                       {"kv", KvStatsToJson(kv)}});
       if (!p.json) {
         std::printf(

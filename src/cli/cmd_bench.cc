@@ -187,7 +187,7 @@ int Run(const BenchArgs& a) {
     req.max_tokens = a.decode + 1;  // the last sampled token needs no forward pass
     req.ignore_eos = true;
     const std::vector<GenerateRequest> reqs(static_cast<size_t>(a.batch), req);
-    std::vector<double> prefill, decode, steady, last_steps;
+    std::vector<double> prefill, decode, steady, last_steps, last_updates;
     int64_t kv = 0;
     KvStats kv_stats;
     double prefill_seconds = 0;  // the last run's first sequence (its prompt's index belongs to it)
@@ -207,6 +207,7 @@ int Run(const BenchArgs& a) {
       kv_stats = out->front().stats.kv;
       prefill_seconds = out->front().stats.prefill_seconds;
       last_steps = out->front().stats.decode_step_ms;
+      last_updates = out->front().stats.decode_step_update_ms;
     }
     const double p = Median(prefill), d = Median(decode);
     const double ms = d > 0 ? 1000.0 / d : 0.0, steady_ms = Median(steady);
@@ -219,6 +220,7 @@ int Run(const BenchArgs& a) {
                     {"decode_ms_per_step", ms},
                     {"decode_ms_per_step_steady", steady_ms},
                     {"decode_step_ms", last_steps},  // the last run's first sequence, step by step
+                    {"decode_step_update_ms", last_updates},  // the index update after each
                     {"decode_tokens_per_second_all", d * a.batch},
                     {"kv_bytes", kv}});
     if (a.kv_stats) rows.back()["kv"] = KvStatsToJson(kv_stats);

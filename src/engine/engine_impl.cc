@@ -245,7 +245,9 @@ Status EngineImpl::AfterForward(SequenceState& state, int64_t first,
   if (backend_->device() != Device::kCpu) backend_->Synchronize();
   const double t0 = NowSeconds();
   const Status s = state.index->OnAppend(state.seq, first, tokens);
-  state.acct.update_s += NowSeconds() - t0;  // a prompt's share is dropped with its accounting
+  const double dt = NowSeconds() - t0;
+  state.acct.update_s += dt;  // a prompt's share is dropped with its accounting
+  if (!state.acct.step_update_s.empty()) state.acct.step_update_s.back() += dt;  // a step's
   return s;
 }
 
@@ -371,6 +373,7 @@ void EngineImpl::ChargeStep(SequenceState& st, int32_t token, double seconds, in
   ++st.acct.steps;
   st.acct.total_s += seconds;
   st.acct.step_s.push_back(seconds);
+  st.acct.step_update_s.push_back(0);  // AfterForward adds the index update that follows
   st.acct.context += static_cast<double>(length);
   if (!sparse) {  // dense attention: every token of every (layer, KV head)
     st.acct.dense_layer_steps += info_.n_layers;
@@ -479,6 +482,8 @@ Result<std::vector<GenerateResult>> EngineImpl::RunBatch(std::span<SequenceState
     st.decode_step_ms_steady = 1e3 * SteadyStepSeconds(g.state()->acct.step_s);
     st.decode_step_ms.clear();
     for (double s : g.state()->acct.step_s) st.decode_step_ms.push_back(1e3 * s);
+    st.decode_step_update_ms.clear();
+    for (double s : g.state()->acct.step_update_s) st.decode_step_update_ms.push_back(1e3 * s);
     st.peak_rss_bytes = peak;
     st.device_peak_bytes = backend_->device_memory().peak;
     st.kv = g.state()->Stats(info_.n_layers, info_.n_kv_heads);

@@ -30,6 +30,7 @@ struct KvAccounting {
   RecallTally recall;           // KvConfig::recall: attention-mass recall samples
   double recall_s = 0;          // time spent measuring recall (not charged to the step)
   std::vector<double> step_s;   // each decode step's time, in order
+  std::vector<double> step_update_s;  // the index update after each of those steps
 };
 
 struct SequenceState {

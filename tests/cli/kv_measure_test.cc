@@ -36,6 +36,10 @@ TEST(KvMeasureCliTest, BenchTakesContextAsWell) {
   }
   EXPECT_NEAR(sum / 2, j["results"][0]["decode_ms_per_step"].get<double>(),
               0.5 * j["results"][0]["decode_ms_per_step"].get<double>());
+  // The index update after each step: one per step.
+  const Json& updates = j["results"][0]["decode_step_update_ms"];
+  ASSERT_EQ(updates.size(), 2u);
+  for (const Json& u : updates) EXPECT_GE(u.get<double>(), 0);
   EXPECT_NE(r.err.find("time per step"), std::string::npos) << r.err;
   // The prompt (longer than the budget) was indexed after its prefill, and that time is shown.
   EXPECT_NE(r.err.find("prompt index     built in"), std::string::npos) << r.err;
