@@ -255,6 +255,36 @@ TEST(IceCacheIndexTest, ListsMaintainedInParallelEqualOneByOne) {
   }
 }
 
+// A pool without room for every list's re-arrangement at once: the lists go in waves that fit,
+// still on the workers, with the layouts of one by one and nothing skipped.
+TEST(IceCacheIndexTest, ListsGoInWavesWhenThePoolIsTight) {
+  const IceSetup s = MakeSetup(8);
+  const KvConfig kv = IceConfig(64, 8);
+  ThreadPool workers(2);
+  std::vector<std::vector<std::vector<int32_t>>> layouts;
+  for (ThreadPool* w : {static_cast<ThreadPool*>(nullptr), &workers}) {
+    IndexContext context = s.Context(kv);
+    context.workers = w;
+    IceCacheIndex index(context);
+    // The prompt's pages plus half as many: a bulk build of every list needs about as many.
+    const int64_t positional = s.layout.PagesForTokens(1000);
+    KvHarness h(s.layout, positional + positional / 2);
+    TestRng rng(3);
+    TopicKeys keys(kDim, 4, 5);
+    AppendTokens(h, index, 1000, keys, rng);
+    EXPECT_GT(index.rebuilds(), 0);
+    EXPECT_EQ(index.skipped_absorptions(), 0);
+    if (w != nullptr) {
+      EXPECT_GE(index.parallel_appends(), 2);  // more than one wave in that one OnAppend
+    }
+    for (int t = 0; t < 24; ++t) AppendTokens(h, index, 1, keys, rng);
+    EXPECT_GT(index.insertions(), 0);
+    EXPECT_EQ(index.skipped_absorptions(), 0);
+    layouts.push_back(Layout(h.seq()));
+  }
+  EXPECT_EQ(layouts[0], layouts[1]);
+}
+
 TEST(IceCacheIndexTest, TakesOverAForkedSequence) {
   const IceSetup s = MakeSetup(8);
   const KvConfig kv = IceConfig(64, 8);

@@ -186,27 +186,43 @@ Status IceCacheIndex::Append(KvSequence& seq) {
   }
   const int64_t limit = len - context_.limits.window;  // positions before it left the window
   const int64_t lists = static_cast<int64_t>(n_layers - l0) * heads;
-  bool parallel = context_.workers != nullptr && context_.workers->size() > 1 && lists > 1;
-  if (parallel) {
-    int64_t need = 0;
-    for (int l = l0; l < n_layers; ++l) {
-      for (int h = 0; h < heads; ++h) need += AbsorbPages(seq, l, h, limit);
+  auto absorb = [&](int64_t i, BuildScratch* scratch) {
+    Absorb(seq, l0 + static_cast<int>(i / heads), static_cast<int>(i % heads), limit, scratch);
+  };
+  if (context_.workers == nullptr || context_.workers->size() < 2 || lists < 2) {
+    scratch_.resize(1);
+    for (int64_t i = 0; i < lists; ++i) absorb(i, &scratch_[0]);
+  } else {
+    // Lists with pages to re-arrange go in waves whose page needs (before they free any) fit
+    // the pool's free pages together: every list in a wave re-arranges at once, as it would
+    // alone. A list that does not fit even alone runs by itself (and skips what has no room).
+    std::vector<std::pair<int64_t, int64_t>> todo;  // (list, pages it may allocate)
+    scratch_.resize(context_.workers->size());
+    for (int64_t i = 0; i < lists; ++i) {
+      const int64_t need =
+          AbsorbPages(seq, l0 + static_cast<int>(i / heads), static_cast<int>(i % heads), limit);
+      if (need > 0) {
+        todo.emplace_back(i, need);
+      } else {
+        absorb(i, &scratch_[0]);  // at most the sink pages leave the tail: nothing to lay out
+      }
     }
     const PagePool& pool = seq.pool();
-    parallel = need > 0 && need <= pool.capacity() - pool.used();
-  }
-  scratch_.resize(parallel ? context_.workers->size() : 1);
-  if (parallel) {
-    ++parallel_appends_;
-    context_.workers->ParallelFor(lists, 1, [&](int thread, int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        Absorb(seq, l0 + static_cast<int>(i / heads), static_cast<int>(i % heads), limit,
-               &scratch_[thread]);
+    const int64_t n = static_cast<int64_t>(todo.size());
+    for (int64_t begin = 0; begin < n;) {
+      const int64_t free = pool.capacity() - pool.used();
+      int64_t end = begin, sum = 0;
+      while (end < n && sum + todo[end].second <= free) sum += todo[end++].second;
+      if (end - begin < 2) {
+        absorb(todo[begin].first, &scratch_[0]);
+        begin = std::max(end, begin + 1);
+        continue;
       }
-    });
-  } else {
-    for (int l = l0; l < n_layers; ++l) {
-      for (int h = 0; h < heads; ++h) Absorb(seq, l, h, limit, &scratch_[0]);
+      ++parallel_appends_;
+      context_.workers->ParallelFor(end - begin, 1, [&](int thread, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) absorb(todo[begin + i].first, &scratch_[thread]);
+      });
+      begin = end;
     }
   }
   scratch_.clear();  // a prompt's bulk build needs it, the steps after it seldom do

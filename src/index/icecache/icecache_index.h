@@ -1,9 +1,9 @@
 // icecache: one LeafTree per (layer, KV head) over post-RoPE keys, whose leaves are physical
 // KV pages of semantically close tokens, searched top-down at every decode step.
 //
-// Lists are independent: when the engine lends worker threads and the pool has room for every
-// list's worst case at once, OnAppend absorbs them in parallel (same result as one by one, up
-// to which page ids the lists get).
+// Lists are independent: when the engine lends worker threads, OnAppend absorbs them in
+// parallel, in waves of lists whose worst cases fit the pool's free pages together (one wave
+// when there is room for all; same result as one by one, up to which page ids the lists get).
 //
 // Nothing happens while the context fits the budget (Select then lists every page in order, so
 // the result is exactly full attention). Once it exceeds the budget, every OnAppend absorbs the
@@ -77,7 +77,7 @@ class IceCacheIndex : public SequenceIndex {
   int64_t rebuilds() const { return rebuilds_.load(); }
   int64_t insertions() const { return insertions_.load(); }
   int64_t skipped_absorptions() const { return skipped_.load(); }  // pool too full to re-arrange
-  int64_t parallel_appends() const { return parallel_appends_; }   // OnAppend calls run in parallel
+  int64_t parallel_appends() const { return parallel_appends_; }   // waves run in parallel
   int64_t runs_ahead() const { return runs_ahead_; }  // prompt runs laid out during the prefill
   // How far the search goes with room for `pages` more pages: the config's search radius, and
   // pages + kExtraLeaves candidate leaves.
