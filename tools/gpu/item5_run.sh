@@ -6,7 +6,8 @@
 #       prefill per context). The offloaded configurations (quest, icecache, and lychee ranked
 #       by centroid so that it selects on the device; budgets 256, 1024 and 2048) are forked from
 #       one prefill per context (bench --kv-policies), so the matrix costs two long prefills, not
-#       twenty. Selection on a real model's keys: SmolLM2 reads real text (.carry/real_text.txt)
+#       twenty; one more batch-1 run (icecache, budget 2048, largest context) gives the device
+#       memory share, since a forked run's pool holds two sequences. Selection on a real model's keys: SmolLM2 reads real text (.carry/real_text.txt)
 #       at 8K and 32K, forked into each policy, with --kv-timing for the select time per layer.
 #   5b  128K under --device-mem-limit 24G: full attention at batch 1 (expected not to fit), then
 #       icecache at batches 1, 2, ... until one fails.
@@ -19,7 +20,7 @@
 #       [--skip-5c] [--device cuda] [--shape llama-3.1-8b] [--contexts "32768 131072"]
 #       [--budgets "256 1024 2048"] [--policies "quest icecache lychee:centroid"] [--decode 16]
 #       [--real-contexts 8K,32K] [--b-context 131072] [--mem-limit 24G] [--b-batches "1 2 3 4"]
-#       [--c-context 32768] [--c-budget 2048] [--full-batches "8 16 24 32"]
+#       [--c-context 32768] [--budget 2048 (icecache in 5b, 5c)] [--full-batches "8 16 24 32"]
 #       [--ice-batches "1 4 8 12"] [--bench-timeout SECONDS]
 # --device cpu with --shape tiny and short contexts checks the script itself on any machine.
 set -uo pipefail
@@ -28,7 +29,7 @@ OUT=${OUT:-$ROOT/out/gpu-item5}
 BUNDLE="" TESTS=1 REAL=1 DO_A=1 DO_B=1 DO_C=1 DEVICE=cuda SHAPE=llama-3.1-8b DECODE=16
 CONTEXTS="32768 131072" BUDGETS="256 1024 2048" POLICIES="quest icecache lychee:centroid"
 REAL_CONTEXTS=8K,32K B_CONTEXT=131072 MEM_LIMIT=24G B_BATCHES="1 2 3 4" C_CONTEXT=32768
-C_BUDGET=2048 FULL_BATCHES="8 16 24 32" ICE_BATCHES="1 4 8 12" TIMEOUT=300
+BUDGET=2048 FULL_BATCHES="8 16 24 32" ICE_BATCHES="1 4 8 12" TIMEOUT=300
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) BUNDLE=$2; shift ;;
@@ -48,7 +49,7 @@ while [[ $# -gt 0 ]]; do
     --mem-limit) MEM_LIMIT=$2; shift ;;
     --b-batches) B_BATCHES=$2; shift ;;
     --c-context) C_CONTEXT=$2; shift ;;
-    --c-budget) C_BUDGET=$2; shift ;;
+    --budget) BUDGET=$2; shift ;;
     --full-batches) FULL_BATCHES=$2; shift ;;
     --ice-batches) ICE_BATCHES=$2; shift ;;
     --bench-timeout) TIMEOUT=$2; shift ;;
@@ -118,6 +119,11 @@ if [[ $DO_A == 1 ]]; then
     run "5a offloaded $ctx" 1 "${SYN[@]}" --contexts "$ctx" --kv-policies "$(entries)" ||
       fail "5a offloaded policies at $ctx"
   done
+  # Device memory at batch 1: --kv-policies sizes its pool for the prefill and a fork, and the
+  # page summaries are allocated for the whole pool, so the share comes from a run of its own.
+  top=$(echo $CONTEXTS | tr ' ' '\n' | sort -n | tail -1)
+  run "5a memory $top" 1 "${SYN[@]}" --contexts "$top" --kv-policy icecache --kv-budget 2048 ||
+    fail "5a memory at $top"
   if [[ $REAL == 1 ]]; then
     if [[ -f $MODEL && -f $ROOT/.carry/real_text.txt ]]; then
       run "5a real keys" 1 -m default --contexts "$REAL_CONTEXTS" --decode 32 --repeats 1 \
@@ -133,7 +139,7 @@ if [[ $DO_B == 1 ]]; then
     --kv-offload off --device-mem-limit "$MEM_LIMIT" && echo "note: full attention fit"
   for b in $B_BATCHES; do
     run "5b icecache $B_CONTEXT under $MEM_LIMIT" "$b" "${SYN[@]}" --shared-prompt \
-      --contexts "$B_CONTEXT" --kv-policy icecache --kv-budget "$C_BUDGET" \
+      --contexts "$B_CONTEXT" --kv-policy icecache --kv-budget "$BUDGET" \
       --device-mem-limit "$MEM_LIMIT" || break
   done
 fi
@@ -144,7 +150,7 @@ if [[ $DO_C == 1 ]]; then
   done
   for b in $ICE_BATCHES; do
     run "5c icecache $C_CONTEXT" "$b" "${SYN[@]}" --shared-prompt --contexts "$C_CONTEXT" \
-      --kv-policy icecache --kv-budget "$C_BUDGET" || break
+      --kv-policy icecache --kv-budget "$BUDGET" || break
   done
 fi
 rm -f "$OUT/tmp.json" "$OUT/tmp.err"
