@@ -28,7 +28,7 @@ struct Sample {
   double fork_seconds = 0;  // KV copy plus index build (not part of decode)
   KvStats kv;
   std::vector<double> step_ms;    // every decode step's time
-  std::vector<double> update_ms;  // the index update within each step
+  std::vector<double> update_ms;  // the index update after each step
 };
 
 }  // namespace

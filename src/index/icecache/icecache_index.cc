@@ -186,8 +186,11 @@ Status IceCacheIndex::Append(KvSequence& seq) {
   }
   const int64_t limit = len - context_.limits.window;  // positions before it left the window
   const int64_t lists = static_cast<int64_t>(n_layers - l0) * heads;
+  // List i is (layer l0 + i / heads, KV head i % heads).
+  auto layer = [&](int64_t i) { return l0 + static_cast<int>(i / heads); };
+  auto head = [&](int64_t i) { return static_cast<int>(i % heads); };
   auto absorb = [&](int64_t i, BuildScratch* scratch) {
-    Absorb(seq, l0 + static_cast<int>(i / heads), static_cast<int>(i % heads), limit, scratch);
+    Absorb(seq, layer(i), head(i), limit, scratch);
   };
   if (context_.workers == nullptr || context_.workers->size() < 2 || lists < 2) {
     scratch_.resize(1);
@@ -199,8 +202,7 @@ Status IceCacheIndex::Append(KvSequence& seq) {
     std::vector<std::pair<int64_t, int64_t>> todo;  // (list, pages it may allocate)
     scratch_.resize(context_.workers->size());
     for (int64_t i = 0; i < lists; ++i) {
-      const int64_t need =
-          AbsorbPages(seq, l0 + static_cast<int>(i / heads), static_cast<int>(i % heads), limit);
+      const int64_t need = AbsorbPages(seq, layer(i), head(i), limit);
       if (need > 0) {
         todo.emplace_back(i, need);
       } else {
