@@ -7,8 +7,9 @@
 #       by centroid so that it selects on the device; budgets 256, 1024 and 2048) are forked from
 #       one prefill per context (bench --kv-policies), so the matrix costs two long prefills, not
 #       twenty; one more batch-1 run (icecache, budget 2048, largest context) gives the device
-#       memory share, since a forked run's pool holds two sequences. Selection on a real model's keys: SmolLM2 reads real text (.carry/real_text.txt)
-#       at 8K and 32K, forked into each policy, with --kv-timing for the select time per layer.
+#       memory share, since a forked run's pool holds two sequences. Selection on a real model's
+#       keys: SmolLM2 reads real text (.carry/real_text.txt) at 8K and 32K, forked into each
+#       policy (lychee's own host search too), with --kv-timing for the select time per layer.
 #   5b  128K under --device-mem-limit 24G: full attention at batch 1 (expected not to fit), then
 #       icecache at batches 1, 2, ... until one fails.
 #   5c  32K on the whole GPU: full attention and icecache at increasing batches, each up to its
@@ -19,7 +20,8 @@
 #   tools/gpu/item5_run.sh [--bundle FILE] [--skip-tests] [--skip-real] [--skip-5a] [--skip-5b]
 #       [--skip-5c] [--device cuda] [--shape llama-3.1-8b] [--contexts "32768 131072"]
 #       [--budgets "256 1024 2048"] [--policies "quest icecache lychee:centroid"] [--decode 16]
-#       [--real-contexts 8K,32K] [--b-context 131072] [--mem-limit 24G] [--b-batches "1 2 3 4"]
+#       [--real-contexts 8K,32K] [--real-policies "quest icecache lychee:centroid lychee"]
+#       [--b-context 131072] [--mem-limit 24G] [--b-batches "1 2 3 4"]
 #       [--c-context 32768] [--budget 2048 (icecache in 5b, 5c)] [--full-batches "8 16 24 32"]
 #       [--ice-batches "1 4 8 12"] [--bench-timeout SECONDS]
 # --device cpu with --shape tiny and short contexts checks the script itself on any machine.
@@ -28,7 +30,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$ROOT/out/gpu-item5}
 BUNDLE="" TESTS=1 REAL=1 DO_A=1 DO_B=1 DO_C=1 DEVICE=cuda SHAPE=llama-3.1-8b DECODE=16
 CONTEXTS="32768 131072" BUDGETS="256 1024 2048" POLICIES="quest icecache lychee:centroid"
-REAL_CONTEXTS=8K,32K B_CONTEXT=131072 MEM_LIMIT=24G B_BATCHES="1 2 3 4" C_CONTEXT=32768
+REAL_CONTEXTS=8K,32K REAL_POLICIES="quest icecache lychee:centroid lychee" B_CONTEXT=131072 MEM_LIMIT=24G B_BATCHES="1 2 3 4" C_CONTEXT=32768
 BUDGET=2048 FULL_BATCHES="8 16 24 32" ICE_BATCHES="1 4 8 12" TIMEOUT=300
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -45,6 +47,7 @@ while [[ $# -gt 0 ]]; do
     --policies) POLICIES=$2; shift ;;
     --decode) DECODE=$2; shift ;;
     --real-contexts) REAL_CONTEXTS=$2; shift ;;
+    --real-policies) REAL_POLICIES=$2; shift ;;
     --b-context) B_CONTEXT=$2; shift ;;
     --mem-limit) MEM_LIMIT=$2; shift ;;
     --b-batches) B_BATCHES=$2; shift ;;
@@ -102,11 +105,11 @@ EOF
   return $rc
 }
 
-# "quest icecache lychee:centroid" x "256 2048" -> quest@256,icecache@256,...
+# entries "quest icecache" -> quest@256,icecache@256,quest@1024,... over $BUDGETS
 entries() {
   local out=""
   for b in $BUDGETS; do
-    for p in $POLICIES; do out+="${out:+,}$p@$b"; done
+    for p in $1; do out+="${out:+,}$p@$b"; done
   done
   echo "$out"
 }
@@ -116,7 +119,8 @@ if [[ $DO_A == 1 ]]; then
   for ctx in $CONTEXTS; do
     run "5a full $ctx" 1 "${SYN[@]}" --contexts "$ctx" --kv-offload off ||
       fail "5a full attention at $ctx"
-    run "5a offloaded $ctx" 1 "${SYN[@]}" --contexts "$ctx" --kv-policies "$(entries)" ||
+    run "5a offloaded $ctx" 1 "${SYN[@]}" --contexts "$ctx" \
+      --kv-policies "$(entries "$POLICIES")" ||
       fail "5a offloaded policies at $ctx"
   done
   # Device memory at batch 1: --kv-policies sizes its pool for the prefill and a fork, and the
@@ -127,7 +131,8 @@ if [[ $DO_A == 1 ]]; then
   if [[ $REAL == 1 ]]; then
     if [[ -f $MODEL && -f $ROOT/.carry/real_text.txt ]]; then
       run "5a real keys" 1 -m default --contexts "$REAL_CONTEXTS" --decode 32 --repeats 1 \
-        --text-file "$ROOT/.carry/real_text.txt" --kv-timing --kv-policies "$(entries)" ||
+        --text-file "$ROOT/.carry/real_text.txt" --kv-timing \
+        --kv-policies "$(entries "$REAL_POLICIES")" ||
         fail "5a selection on real keys"
     else
       fail "5a real keys: $MODEL or .carry/real_text.txt is missing"
