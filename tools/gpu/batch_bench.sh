@@ -43,25 +43,8 @@ source "$ROOT/tools/gpu/binaries.sh"
 SYN=(--synthetic llama-3.1-8b --device cuda --decode "$DECODE" --repeats 1 --prefill-chunk 4096
      --shared-prompt --kv-stats --json)
 
-# One bench run; appends {"bench": name, "batch": B, "ok": bool, ...results} to batch.jsonl.
-# Returns the run's exit status.
-run() {  # name batch args...
-  local name=$1 batch=$2
-  shift 2
-  step "$name, batch $batch"
-  timeout "$TIMEOUT" "$BIN" bench "${SYN[@]}" --batch "$batch" "$@" >"$OUT/tmp.json" 2>"$OUT/tmp.err"
-  local rc=$?
-  tail -n 12 "$OUT/tmp.err"
-  python3 - "$OUT/tmp.json" "$name" "$batch" "$rc" >>"$OUT/batch.jsonl" <<'EOF'
-import json, sys
-path, name, batch, rc = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-row = {"bench": name, "batch": batch, "ok": rc == 0, "rc": rc}
-if rc == 0:
-    row.update(json.load(open(path))["results"][0])
-print(json.dumps(row))
-EOF
-  return $rc
-}
+source "$ROOT/tools/gpu/bench_run.sh"
+run() { bench_run "$OUT/batch.jsonl" "$1" "$2" "${SYN[@]}" "${@:3}"; }
 
 if [[ $DO_B == 1 ]]; then
   run "5b full 128K --device-mem-limit $LIMIT_MEM" 1 --contexts 131072 --kv-offload off \

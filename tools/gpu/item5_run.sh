@@ -81,29 +81,8 @@ if [[ $TESTS == 1 && $DEVICE == cuda ]]; then
     fail "offload and device-selection tests"
 fi
 
-# One bench run: appends {"bench": NAME, "batch": B, "ok": bool, "rc": N, ...} to item5.jsonl,
-# one line per result row (several for --kv-policies). Returns the run's exit status.
-run() {  # name batch args...
-  local name=$1 batch=$2
-  shift 2
-  step "$name (batch $batch)"
-  timeout "$TIMEOUT" "$BIN" bench --device "$DEVICE" --batch "$batch" --kv-stats --json "$@" \
-    >"$OUT/tmp.json" 2>"$OUT/tmp.err"
-  local rc=$?
-  tail -n 30 "$OUT/tmp.err"
-  python3 - "$OUT/tmp.json" "$OUT/tmp.err" "$name" "$batch" "$rc" >>"$OUT/item5.jsonl" <<'EOF'
-import json, sys
-path, err, name, batch, rc = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-rows = []
-if rc == 0:
-    rows = json.load(open(path))["results"]
-lines = [l.strip() for l in open(err, errors="replace") if l.strip()]
-error = {} if rc == 0 else {"error": lines[-1] if lines else ""}
-for r in rows or [{}]:
-    print(json.dumps({"bench": name, "batch": batch, "ok": rc == 0, "rc": rc, **error, **r}))
-EOF
-  return $rc
-}
+source "$ROOT/tools/gpu/bench_run.sh"
+run() { bench_run "$OUT/item5.jsonl" "$1" "$2" --device "$DEVICE" --kv-stats --json "${@:3}"; }
 
 # entries "quest icecache" -> quest@256,icecache@256,quest@1024,... over $BUDGETS
 entries() {
