@@ -9,9 +9,10 @@
 //       the chosen layers and the queries of the steps that follow each context.
 //   selection_bench real --keys KEYS [--contexts ...] [--budgets 256,1024]
 //                        [--policies quest,lychee,icecache] [--model default]
-//                        [--search-radius W]
+//                        [--search-radius W] [--page 16]
 //       measures on the recorded keys (the model's tokenizer gives lychee its text boundaries);
-//       --search-radius sets icecache's and lychee's (--kv-search-radius; default: theirs).
+//       --search-radius sets icecache's and lychee's (--kv-search-radius; default: theirs),
+//       --page the tokens per page of every policy (--kv-page).
 //   selection_bench build [--context 128K] [--layers 32] [--kv-heads 8] [--dim 128]
 //                         [--threads 0,1,...] [--policy icecache] [--budget 2048] [--dtype bf16]
 //                         [--decode N]
@@ -19,7 +20,7 @@
 //       sequence, one OnAppend, host worker threads), timed for each thread count listed; with
 //       --decode N, then N decode tokens appended one at a time, each OnAppend timed.
 //   selection_bench synthetic [--contexts 1K,...,1M] [--budgets 256,1024] [--policies ...]
-//                             [--steps 32] [--topics 256] [--search-radius W]
+//                             [--steps 32] [--topics 256] [--search-radius W] [--page 16]
 //       one layer, one KV head, clustered Gaussian keys (bench/selection/synthetic_keys.h).
 #include <cmath>
 #include <cstdio>
@@ -191,14 +192,19 @@ void PrintGrowth(const std::vector<Row>& rows, int kv_heads) {
 }
 
 float SearchRadius(const Args& a) { return std::stof(Get(a, "search-radius", "-1")); }
+int PageSize(const Args& a) { return static_cast<int>(std::stol(Get(a, "page", "16"))); }
 
 // Rows are printed as they are measured (list quest first for the "vs quest" column).
-// search_radius: KvConfig::search_radius of icecache and lychee (-1: their defaults).
-int Measure(const KeySource& src, const std::vector<int64_t>& contexts,
+// search_radius: KvConfig::search_radius of icecache and lychee (-1: their defaults); page: tokens
+// per page of every policy.
+int Measure(const KeySource& keys, const std::vector<int64_t>& contexts,
             const std::vector<int64_t>& budgets, const std::vector<std::string>& policies,
-            int steps, int chunk, float search_radius) {
+            int steps, int chunk, float search_radius, int page) {
   std::vector<Row> rows;
   if (search_radius >= 0) std::printf("icecache and lychee: search radius %g\n\n", search_radius);
+  if (page != 16) std::printf("pages of %d tokens\n\n", page);
+  KeySource src = keys;
+  src.layout.page_size = page;
   PrintHeader();
   for (int64_t c : contexts) {
     for (int64_t b : budgets) {
@@ -208,6 +214,7 @@ int Measure(const KeySource& src, const std::vector<int64_t>& contexts,
         kv.policy = p;
         kv.budget = static_cast<int>(b);
         kv.search_radius = search_radius;
+        kv.page_size = page;
         if (Status s = kv.Validate(); !s.ok()) return Fail(s);
         DriveOptions o;
         o.context = c;
@@ -266,7 +273,7 @@ int Real(const Args& a) {
   std::printf(" (%d KV heads, %d query heads, head_dim %d); %d decode steps per context\n\n",
               r.n_kv_heads, r.n_heads, r.head_dim, steps);
   return Measure(src, *contexts, *budgets, Split(Get(a, "policies", "quest,lychee,icecache")),
-                 steps, 512, SearchRadius(a));
+                 steps, 512, SearchRadius(a), PageSize(a));
 }
 
 int Synthetic(const Args& a) {
@@ -290,7 +297,8 @@ int Synthetic(const Args& a) {
       "context\n\n",
       spec.dim, spec.topics, spec.segment, spec.key_noise, spec.query_noise, steps);
   return Measure(src, *contexts, *budgets, Split(Get(a, "policies", "quest,lychee,icecache")),
-                 steps, static_cast<int>(std::stol(Get(a, "chunk", "512"))), SearchRadius(a));
+                 steps, static_cast<int>(std::stol(Get(a, "chunk", "512"))), SearchRadius(a),
+                 PageSize(a));
 }
 
 int Build(const Args& a) {

@@ -115,10 +115,17 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
       per_sequence = std::max(per_sequence, PoolPagesFor(any, layout, ctx));
     }
   }
-  const int64_t capacity = per_sequence * options.max_sequences;
+  // A pinned host tier for a sparse policy reserves what that policy needs (PinnedPoolPagesFor:
+  // for icecache much less than its worst case at every sequence at once).
+  const int64_t capacity = offload && options.kv.policy != "full"
+                               ? PinnedPoolPagesFor(options.kv, layout, ctx, options.max_sequences)
+                               : per_sequence * options.max_sequences;
   ICECACHE_ASSIGN_OR_RETURN(
       e->pool_, PagePool::Create(*e->backend_, layout, capacity,
                                  offload ? PoolPlacement::kHost : PoolPlacement::kBackend));
+  // Indexes that re-arrange pages leave the positional pages of every sequence at full length
+  // free for their tokens (PagePool::spare).
+  e->pool_->set_growth_reserve(layout.PagesForTokens(ctx) * options.max_sequences);
   ICECACHE_ASSIGN_OR_RETURN(e->transformer_,
                             Transformer::Create(c, e->model_->weights, e->backend_.get(), chunk,
                                                 options.max_sequences, capacity));

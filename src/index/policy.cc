@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "index/icecache/segment_layout.h"
 #include "index/policies.h"
 
 namespace icecache {
@@ -32,6 +33,19 @@ int64_t PoolPagesFor(const KvConfig& config, const KvLayout& layout, int64_t tok
     return ((tokens + min_fill - 1) / min_fill + 4) * layout.n_layers * layout.n_kv_heads;
   }
   return positional;
+}
+
+int64_t PinnedPoolPagesFor(const KvConfig& config, const KvLayout& layout, int64_t tokens,
+                           int64_t sequences) {
+  const int64_t worst = sequences * PoolPagesFor(config, layout, tokens);
+  if (config.policy != "icecache") return worst;
+  const int64_t positional = layout.PagesForTokens(tokens);
+  const int64_t lists = static_cast<int64_t>(layout.n_layers) * layout.n_kv_heads;
+  const int32_t list_pages =
+      static_cast<int32_t>((tokens + layout.page_size - 1) / layout.page_size);
+  const int64_t runs = static_cast<int64_t>(ice::RunLengths(list_pages, layout.page_size).size());
+  const int64_t steady = positional + positional / 8 + lists * (runs + 4);
+  return std::min(worst, sequences * steady + positional);
 }
 
 Result<std::unique_ptr<SequenceIndex>> MakeSequenceIndex(const IndexContext& context) {

@@ -102,6 +102,16 @@ SelectionLimits LimitsFor(const KvConfig& config);
 // filled pages need more than positional paging does.
 int64_t PoolPagesFor(const KvConfig& config, const KvLayout& layout, int64_t tokens);
 
+// Host pages an engine reserves for `sequences` sequences of up to `tokens` tokens each when its
+// pool is pinned host memory (a GPU's offloaded host tier commits all of it up front). For
+// icecache it is at most sequences x (positional + 1/8 for leaves split during decode + a few
+// partly filled pages per list) + one sequence's positional pages (the runs of one prompt laid
+// out while it prefills), when that is less than sequences x PoolPagesFor: leaves of bulk builds
+// are full but for the last of each run, and a pool short of room only skips re-arranging (the
+// growth reserve, PagePool::spare, keeps every sequence's own growth safe).
+int64_t PinnedPoolPagesFor(const KvConfig& config, const KvLayout& layout, int64_t tokens,
+                           int64_t sequences);
+
 // The index of `context.config.policy` ("full" has none: returns nullptr).
 Result<std::unique_ptr<SequenceIndex>> MakeSequenceIndex(const IndexContext& context);
 

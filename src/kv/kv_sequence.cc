@@ -19,6 +19,12 @@ KvSequence::KvSequence(PagePool* pool) : pool_(pool) {
 
 KvSequence::~KvSequence() { Truncate(0); }
 
+void KvSequence::SyncCredit() {
+  const int64_t c = layout().PagesForTokens(length_);
+  if (c != credited_) pool_->Credit(c - credited_);
+  credited_ = c;
+}
+
 Status KvSequence::Grow(int64_t n) {
   ICECACHE_CHECK(n >= 0);
   if (n == 0) return Status::Ok();
@@ -59,6 +65,7 @@ Status KvSequence::Grow(int64_t n) {
     }
   }
   length_ = new_len;
+  SyncCredit();
   return Status::Ok();
 }
 
@@ -92,6 +99,7 @@ void KvSequence::Truncate(int64_t n) {
     }
   }
   length_ = n;
+  SyncCredit();
 }
 
 void KvSequence::Slots(int layer, int64_t first, int64_t n, int32_t* slots) const {
@@ -205,12 +213,19 @@ Status KvSequence::CopyFrom(const KvSequence& other, Backend& backend) {
     const int64_t n = static_cast<int64_t>(src.size());
     Tensor src_ids(src.data(), DType::kI32, {n}), dst_ids(dst.data(), DType::kI32, {n});
     if (backend.device() != Device::kCpu) {
-      ICECACHE_ASSIGN_OR_RETURN(Tensor s_dev, backend.Allocate(DType::kI32, {n}));
-      ICECACHE_ASSIGN_OR_RETURN(Tensor d_dev, backend.Allocate(DType::kI32, {n}));
-      ICECACHE_RETURN_IF_ERROR(backend.Copy(src_ids, s_dev));
-      ICECACHE_RETURN_IF_ERROR(backend.Copy(dst_ids, d_dev));
-      backend.CopyPages(pool_->view(), pool_->view(), s_dev, d_dev);
-      backend.Synchronize();
+      const Status copied = [&]() -> Status {
+        ICECACHE_ASSIGN_OR_RETURN(Tensor s_dev, backend.Allocate(DType::kI32, {n}));
+        ICECACHE_ASSIGN_OR_RETURN(Tensor d_dev, backend.Allocate(DType::kI32, {n}));
+        ICECACHE_RETURN_IF_ERROR(backend.Copy(src_ids, s_dev));
+        ICECACHE_RETURN_IF_ERROR(backend.Copy(dst_ids, d_dev));
+        backend.CopyPages(pool_->view(), pool_->view(), s_dev, d_dev);
+        backend.Synchronize();
+        return Status::Ok();
+      }();
+      if (!copied.ok()) {
+        for (int32_t f : dst) pool_->Free(f);  // this stays empty
+        return copied;
+      }
     } else {
       backend.CopyPages(pool_->view(), pool_->view(), src_ids, dst_ids);
     }
@@ -223,6 +238,7 @@ Status KvSequence::CopyFrom(const KvSequence& other, Backend& backend) {
     for (const PageRef& p : other.lists_[i].pages) lists_[i].pages.push_back({dst[next++], p.len});
   }
   length_ = other.length_;
+  SyncCredit();
   return Status::Ok();
 }
 

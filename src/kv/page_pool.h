@@ -4,6 +4,7 @@
 // indexes (storage apart from search).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -48,6 +49,29 @@ class PagePool {
     std::lock_guard<std::mutex> lock(mu_);
     return peak_used_;
   }
+
+  // The growth reserve: pages kept free for tokens the sequences have yet to write, which
+  // optional allocations (an index moving tokens into pages of its own) must leave alone, so
+  // that such moves can never starve a sequence's own growth. The engine sets it to the
+  // positional pages of all the sequences it admits at their full length; every KvSequence
+  // credits back the positional pages its tokens already account for. 0 (the default): none.
+  void set_growth_reserve(int64_t pages) {
+    std::lock_guard<std::mutex> lock(mu_);
+    growth_reserve_ = pages;
+  }
+  // Called by KvSequence as its length changes (`pages` may be negative).
+  void Credit(int64_t pages) {
+    std::lock_guard<std::mutex> lock(mu_);
+    credited_ += pages;
+  }
+  // Free pages beyond what the growth reserve still holds back: what optional allocations may
+  // take. Thread-safe like used().
+  int64_t spare() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t held =
+        growth_reserve_ > 0 ? std::max<int64_t>(0, growth_reserve_ - credited_) : 0;
+    return std::max<int64_t>(0, static_cast<int64_t>(free_.size()) - held);
+  }
   KvPoolView view() const;
   // True when the host can read and write the pages directly (CPU backend, or kHost).
   bool host_accessible() const { return host_accessible_; }
@@ -63,7 +87,9 @@ class PagePool {
   bool host_accessible_ = false;
   bool offloaded_ = false;
   Tensor k_, v_, positions_;
-  mutable std::mutex mu_;      // guards free_ and peak_used_
+  int64_t growth_reserve_ = 0;
+  int64_t credited_ = 0;
+  mutable std::mutex mu_;      // guards free_, peak_used_, growth_reserve_ and credited_
   std::vector<int32_t> free_;  // a stack; low ids handed out first
   std::vector<uint32_t> version_;
 };

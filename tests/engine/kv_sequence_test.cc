@@ -92,6 +92,42 @@ TEST_F(KvSequenceTest, DestructorReturnsPages) {
   EXPECT_EQ(pool_->used(), 0);
 }
 
+// The growth reserve holds back the pages a sequence still needs for tokens it has yet to
+// write: spare() (what re-arranging indexes may take) leaves them alone, growth uses them.
+TEST_F(KvSequenceTest, GrowthReserveHoldsBackPagesForUnwrittenTokens) {
+  EXPECT_EQ(pool_->spare(), 64);                    // no reserve: every free page
+  const int64_t full = layout_.PagesForTokens(16);  // 4 pages x 6 lists = 24
+  pool_->set_growth_reserve(full);
+  EXPECT_EQ(pool_->spare(), 64 - full);
+  {
+    KvSequence s(pool_.get());
+    ASSERT_TRUE(s.Grow(5).ok());  // 12 pages, all out of the reserve
+    EXPECT_EQ(pool_->used(), 12);
+    EXPECT_EQ(pool_->spare(), 64 - full);
+    // Optional allocations take every spare page ...
+    std::vector<int32_t> taken;
+    while (pool_->spare() > 0) taken.push_back(*pool_->Allocate());
+    EXPECT_EQ(static_cast<int64_t>(taken.size()), 64 - full);
+    // ... and the sequence still grows to its full length.
+    ASSERT_TRUE(s.Grow(11).ok());
+    EXPECT_EQ(pool_->used(), 64);
+    EXPECT_EQ(pool_->spare(), 0);
+    for (int32_t id : taken) pool_->Free(id);
+    s.Truncate(4);  // tokens it may write again: the reserve holds their pages back again
+    EXPECT_EQ(pool_->spare(), 64 - full);
+  }
+  EXPECT_EQ(pool_->used(), 0);
+  EXPECT_EQ(pool_->spare(), 64 - full);  // the destructor credited everything back
+  // A copy credits its length too.
+  KvSequence a(pool_.get());
+  ASSERT_TRUE(a.Grow(8).ok());
+  KvSequence b(pool_.get());
+  ASSERT_TRUE(b.CopyFrom(a, *backend_).ok());
+  EXPECT_EQ(pool_->used(), 24);
+  // Each has 8 of 16 tokens; the reserve was for one sequence at 16, so nothing is held back.
+  EXPECT_EQ(pool_->spare(), 64 - 24);
+}
+
 // Head edits carry which entries they changed, for readers that mirror the lists; edits with
 // no hint, and readers that missed an edit, get nothing (they compare everything).
 TEST_F(KvSequenceTest, HeadEditsNameWhatChanged) {

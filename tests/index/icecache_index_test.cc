@@ -285,6 +285,121 @@ TEST(IceCacheIndexTest, ListsGoInWavesWhenThePoolIsTight) {
   EXPECT_EQ(layouts[0], layouts[1]);
 }
 
+// A pool with room for the sequence's positional pages and little more: with the growth
+// reserve, icecache only re-arranges with what is spare and the sequence always reaches its full
+// length; without it, re-arranging takes pages the sequence's later tokens need.
+TEST(IceCacheIndexTest, TheGrowthReserveKeepsRearrangingFromStarvingGrowth) {
+  const IceSetup s = MakeSetup(8);
+  const KvConfig kv = IceConfig(64, 8);
+  const int64_t tokens = 1000;
+  const int64_t positional = s.layout.PagesForTokens(tokens);
+  const int64_t lists = static_cast<int64_t>(kLayers) * kKvHeads;
+  for (bool reserve : {true, false}) {
+    SCOPED_TRACE(reserve ? "growth reserve" : "no reserve");
+    IceCacheIndex index(s.Context(kv));
+    KvHarness h(s.layout, positional + 2 * lists);
+    if (reserve) h.seq().pool().set_growth_reserve(positional);
+    TestRng rng(11);
+    TopicKeys keys(kDim, 4, 5);
+    bool grew = true;
+    while (grew && h.seq().length() < tokens) {
+      const int64_t first = h.seq().length();
+      const int64_t n = std::min<int64_t>(1 + rng.Below(40), tokens - first);
+      grew = h.TryAppend(n, keys, rng);
+      if (grew) {
+        std::vector<int32_t> ids(static_cast<size_t>(n), 7);
+        ASSERT_TRUE(index.OnAppend(h.seq(), first, ids).ok());
+      }
+    }
+    if (!reserve) {
+      EXPECT_FALSE(grew) << "re-arranging left room for every token: the contrast is gone";
+      continue;
+    }
+    ASSERT_TRUE(grew);
+    EXPECT_EQ(h.seq().length(), tokens);
+    EXPECT_GT(index.rebuilds() + index.insertions(), 0);  // it re-arranged what was spare
+    EXPECT_GT(index.skipped_absorptions(), 0);            // and skipped the rest
+    ASSERT_NO_FATAL_FAILURE(ExpectTreeInvariants(index, h.seq(), 0, kGroup, rng));
+    std::vector<float> q(kHeads * kDim);
+    for (float& x : q) x = rng.Normal();
+    std::vector<std::vector<PageRef>> out(kKvHeads);
+    SelectionStats stats;
+    for (int l = 0; l < kLayers; ++l) {
+      index.Select(h.seq(), l, q.data(), out, &stats);
+      ASSERT_NO_FATAL_FAILURE(ExpectValidSelection(h.seq(), l, LimitsFor(kv), out));
+    }
+  }
+}
+
+// A pinned pool for a batch reserves far less than every sequence's worst case at once, and a
+// batch of forks of one long prompt fits it: the prompt is laid out in full, and every fork
+// re-arranges its decode tokens without skipping any.
+TEST(IceCacheIndexTest, APinnedPoolForABatchFitsItsSequences) {
+  const KvLayout big{.n_layers = 32, .n_kv_heads = 8, .head_dim = 128, .page_size = 16};
+  const KvConfig big_kv = IceConfig(2048, 16);
+  const int64_t ctx = 32768;
+  EXPECT_EQ(PinnedPoolPagesFor(big_kv, big, ctx, 1), PoolPagesFor(big_kv, big, ctx));
+  const int64_t batch16 = PinnedPoolPagesFor(big_kv, big, ctx, 16);
+  EXPECT_LE(batch16, 16 * PoolPagesFor(big_kv, big, ctx) * 6 / 10);
+  EXPECT_GE(batch16, 17 * big.PagesForTokens(ctx));
+  KvConfig quest = big_kv;
+  quest.policy = "quest";
+  EXPECT_EQ(PinnedPoolPagesFor(quest, big, ctx, 16), 16 * PoolPagesFor(quest, big, ctx));
+
+  const IceSetup s = MakeSetup(8);
+  const KvConfig kv = IceConfig(64, 8);
+  const int64_t tokens = 2000, decode = 120, forks = 3;
+  const int64_t capacity = PinnedPoolPagesFor(kv, s.layout, tokens + decode, forks + 1);
+  ASSERT_LT(capacity, (forks + 1) * PoolPagesFor(kv, s.layout, tokens + decode));
+  KvHarness h(s.layout, capacity);
+  PagePool& pool = h.seq().pool();
+  pool.set_growth_reserve((forks + 1) * s.layout.PagesForTokens(tokens + decode));
+  TestRng rng(13);
+  TopicKeys keys(kDim, 4, 5);
+  IceCacheIndex prompt(s.Context(kv));
+  AppendTokens(h, prompt, tokens, keys, rng);  // one bulk build of the whole prompt
+  EXPECT_GT(prompt.rebuilds(), 0);
+  EXPECT_EQ(prompt.skipped_absorptions(), 0);
+  auto backend = MakeCpuBackend({.threads = 1});
+  std::vector<std::unique_ptr<KvSequence>> copies;
+  std::vector<std::unique_ptr<IceCacheIndex>> indexes;
+  for (int f = 0; f < forks; ++f) {
+    copies.push_back(std::make_unique<KvSequence>(&pool));
+    ASSERT_TRUE(copies.back()->CopyFrom(h.seq(), *backend).ok());
+    indexes.push_back(s.MakeIndex(kv));
+    ASSERT_TRUE(indexes.back()->OnAppend(*copies.back(), 0, {}).ok());
+  }
+  // Decode: every sequence (the prompt's own too) appends tokens one at a time.
+  const RandomKeys more{kDim};
+  for (int64_t t = 0; t < decode; ++t) {
+    AppendTokens(h, prompt, 1, keys, rng);
+    for (int f = 0; f < forks; ++f) {
+      KvSequence& c = *copies[f];
+      const int64_t first = c.length();
+      ASSERT_TRUE(c.Grow(1).ok()) << "fork " << f << " at " << first;
+      std::vector<int32_t> slots(kKvHeads);
+      const KvPoolView v = pool.view();
+      for (int l = 0; l < kLayers; ++l) {
+        c.Slots(l, first, 1, slots.data());
+        for (int hd = 0; hd < kKvHeads; ++hd) {
+          float* k = static_cast<float*>(v.k) + static_cast<int64_t>(slots[hd]) * kDim;
+          more(l, hd, first, k);
+          v.positions[slots[hd]] = static_cast<int32_t>(first);
+        }
+      }
+      const int32_t id = 7;
+      ASSERT_TRUE(indexes[f]->OnAppend(c, first, {&id, 1}).ok());
+    }
+  }
+  EXPECT_EQ(prompt.skipped_absorptions(), 0);
+  for (int f = 0; f < forks; ++f) {
+    EXPECT_GT(indexes[f]->insertions(), 0);
+    EXPECT_EQ(indexes[f]->skipped_absorptions(), 0) << "fork " << f;
+    ASSERT_NO_FATAL_FAILURE(ExpectTreeInvariants(*indexes[f], *copies[f], 0, kGroup, rng));
+  }
+  EXPECT_LE(pool.peak_used(), capacity);
+}
+
 TEST(IceCacheIndexTest, TakesOverAForkedSequence) {
   const IceSetup s = MakeSetup(8);
   const KvConfig kv = IceConfig(64, 8);

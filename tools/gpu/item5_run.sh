@@ -12,8 +12,10 @@
 #       policy (lychee's own host search too), with --kv-timing for the select time per layer.
 #   5b  128K under --device-mem-limit 24G: full attention at batch 1 (expected not to fit), then
 #       icecache at batches 1, 2, ... until one fails.
-#   5c  32K on the whole GPU: full attention and icecache at increasing batches, each up to its
-#       first failure; their best throughputs are compared.
+#   5c  32K on the whole GPU: full attention and icecache (at each of --c-budgets) at increasing
+#       batches, each up to its first failure; their best throughputs are compared. The host link
+#       bounds an offloaded batch: about 54 GB/s over the bytes a step fetches per sequence, so
+#       smaller budgets are part of the sweep.
 # Batches share one prefilled prompt (--shared-prompt). Results go to $OUT (default
 # out/gpu-item5): run.log, item5.jsonl (one JSON object per configuration) and summary.md.
 #
@@ -22,7 +24,8 @@
 #       [--budgets "256 1024 2048"] [--policies "quest icecache lychee:centroid"] [--decode 16]
 #       [--real-contexts 8K,32K] [--real-policies "quest icecache lychee:centroid lychee"]
 #       [--b-context 131072] [--mem-limit 24G] [--b-batches "1 2 3 4"]
-#       [--c-context 32768] [--budget 2048 (icecache in 5b, 5c)] [--full-batches "8 16 24 32"]
+#       [--c-context 32768] [--budget 2048 (icecache in 5b)] [--c-budgets "256 1024 2048"]
+#       [--full-batches "8 16 24 32"]
 #       [--ice-batches "1 4 8 12"] [--bench-timeout SECONDS]
 # --device cpu with --shape tiny and short contexts checks the script itself on any machine.
 set -uo pipefail
@@ -31,7 +34,7 @@ OUT=${OUT:-$ROOT/out/gpu-item5}
 BUNDLE="" TESTS=1 REAL=1 DO_A=1 DO_B=1 DO_C=1 DEVICE=cuda SHAPE=llama-3.1-8b DECODE=16
 CONTEXTS="32768 131072" BUDGETS="256 1024 2048" POLICIES="quest icecache lychee:centroid"
 REAL_CONTEXTS=8K,32K REAL_POLICIES="quest icecache lychee:centroid lychee" B_CONTEXT=131072 MEM_LIMIT=24G B_BATCHES="1 2 3 4" C_CONTEXT=32768
-BUDGET=2048 FULL_BATCHES="8 16 24 32" ICE_BATCHES="1 4 8 12" TIMEOUT=300
+BUDGET=2048 C_BUDGETS="256 1024 2048" FULL_BATCHES="8 16 24 32" ICE_BATCHES="1 4 8 12" TIMEOUT=300
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) BUNDLE=$2; shift ;;
@@ -53,6 +56,7 @@ while [[ $# -gt 0 ]]; do
     --b-batches) B_BATCHES=$2; shift ;;
     --c-context) C_CONTEXT=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
+    --c-budgets) C_BUDGETS=$2; shift ;;
     --full-batches) FULL_BATCHES=$2; shift ;;
     --ice-batches) ICE_BATCHES=$2; shift ;;
     --bench-timeout) TIMEOUT=$2; shift ;;
@@ -132,9 +136,11 @@ if [[ $DO_C == 1 ]]; then
     run "5c full $C_CONTEXT" "$b" "${SYN[@]}" --shared-prompt --contexts "$C_CONTEXT" \
       --kv-offload off || break
   done
-  for b in $ICE_BATCHES; do
-    run "5c icecache $C_CONTEXT" "$b" "${SYN[@]}" --shared-prompt --contexts "$C_CONTEXT" \
-      --kv-policy icecache --kv-budget "$BUDGET" || break
+  for budget in $C_BUDGETS; do
+    for b in $ICE_BATCHES; do
+      run "5c icecache $C_CONTEXT budget $budget" "$b" "${SYN[@]}" --shared-prompt \
+        --contexts "$C_CONTEXT" --kv-policy icecache --kv-budget "$budget" || break
+    done
   done
 fi
 rm -f "$OUT/tmp.json" "$OUT/tmp.err"

@@ -116,7 +116,8 @@ def main(path):
         for r in runs:
             extra = (f"{r['decode_tokens_per_second_all']:.1f} tok/s, "
                      f"{r['decode_ms_per_step']:.2f} ms/step" if r["ok"] else failure(r))
-            out.append(f"- {name}, batch {r['batch']}: {extra}")
+            label = r["bench"][len("5c "):]
+            out.append(f"- {label}, batch {r['batch']}: {extra}")
         ok = [r for r in runs if r["ok"]]
         if ok:
             best[name] = max(ok, key=lambda r: r["decode_tokens_per_second_all"])
@@ -124,7 +125,7 @@ def main(path):
         ratio = (best["icecache"]["decode_tokens_per_second_all"] /
                  best["full"]["decode_tokens_per_second_all"])
         out.append(f"- best: icecache {best['icecache']['decode_tokens_per_second_all']:.1f} "
-                   f"tok/s at batch {best['icecache']['batch']}, full "
+                   f"tok/s at batch {best['icecache']['batch']} ({best['icecache']['bench']}), full "
                    f"{best['full']['decode_tokens_per_second_all']:.1f} tok/s at batch "
                    f"{best['full']['batch']}: {ratio:.2f}x against >= {THROUGHPUT_TARGET}x "
                    f"({verdict(ratio >= THROUGHPUT_TARGET)})")

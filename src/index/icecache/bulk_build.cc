@@ -50,7 +50,7 @@ bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32
     }
   }
   for (SegmentLayout& r : ready) DiscardSegment(pool, &r);  // the ones not taken
-  if (pool.capacity() - pool.used() < need) {
+  if (pool.spare() < need) {
     for (SegmentLayout& l : layouts) DiscardSegment(pool, &l);
     return false;
   }

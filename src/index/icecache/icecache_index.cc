@@ -131,7 +131,7 @@ Status IceCacheIndex::OnPrefillChunk(const KvSequence& seq, int64_t prompt_end,
       lists * (starts[runs] - starts[k0]) +
       static_cast<int64_t>(n_layers) * heads * ((prompt_end + p - 1) / p - written + 1);
   PagePool& pool = seq.pool();
-  if (pool.capacity() - pool.used() < need) return Status::Ok();
+  if (pool.spare() < need) return Status::Ok();
 
   kv_ready();  // the runs' pages hold the device's writes
   ahead_pool_ = &pool;
@@ -212,7 +212,7 @@ Status IceCacheIndex::Append(KvSequence& seq) {
     const PagePool& pool = seq.pool();
     const int64_t n = static_cast<int64_t>(todo.size());
     for (int64_t begin = 0; begin < n;) {
-      const int64_t free = pool.capacity() - pool.used();
+      const int64_t free = pool.spare();
       int64_t end = begin, sum = 0;
       while (end < n && sum + todo[end].second <= free) sum += todo[end++].second;
       if (end - begin < 2) {

@@ -2,7 +2,7 @@
 // KV pages of semantically close tokens, searched top-down at every decode step.
 //
 // Lists are independent: when the engine lends worker threads, OnAppend absorbs them in
-// parallel, in waves of lists whose worst cases fit the pool's free pages together (one wave
+// parallel, in waves of lists whose worst cases fit the pool's spare pages together (one wave
 // when there is room for all; same result as one by one, up to which page ids the lists get).
 //
 // Nothing happens while the context fits the budget (Select then lists every page in order, so

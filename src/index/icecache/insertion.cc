@@ -70,7 +70,7 @@ bool InsertIntoList(KvSequence& seq, int layer, int head, int32_t sink_pages, in
   ICECACHE_CHECK(!tree->empty());
   const int p = seq.layout().page_size, d = seq.layout().head_dim;
   PagePool& pool = seq.pool();
-  if (pool.capacity() - pool.used() < static_cast<int64_t>(absorb) * p) return false;
+  if (pool.spare() < static_cast<int64_t>(absorb) * p) return false;
   const KvPoolView view = pool.view();
   const int32_t tail = seq.tail_index(layer, head);
   ICECACHE_CHECK(tail == sink_pages + tree->leaves());

@@ -6,9 +6,9 @@
 // The sink pages stay where they were. Tail pages that leave the recent window are absorbed:
 // their tokens are copied (K, V and position rows, bit for bit) into leaf pages and the emptied
 // pages are freed, so every token stays in exactly one page of its list. Each function checks
-// that the pool has room for every page it may allocate before it changes anything; when it
-// does not, it returns false and the list is unchanged (its old tail pages stay in the tail and
-// are scored as loose pages).
+// that the pool has spare room (PagePool::spare: free pages beyond the sequences' growth reserve)
+// for every page it may allocate before it changes anything; when it does not, it returns false
+// and the list is unchanged (its old tail pages stay in the tail and are scored as loose pages).
 #pragma once
 
 #include <cstdint>
@@ -26,17 +26,17 @@ namespace icecache::ice {
 // anew in leaves of up to page_size tokens, run by run (segment_layout.h), and `tree` is rebuilt
 // over them. `ready` holds layouts of the first runs made beforehand: each one whose source pages
 // are still those of its run is installed as it is, the others are laid out now. Every layout
-// of `ready` is consumed (installed or discarded). Needs as many free pages as the runs laid out
+// of `ready` is consumed (installed or discarded). Needs as many spare pages as the runs laid out
 // now make leaves; returns false (the list unchanged) without them.
 bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32_t absorb,
                  LeafTree* tree, BuildScratch* scratch, std::span<SegmentLayout> ready = {});
-// The free pages a bulk build of list pages [sink_pages, end) needs with the layouts `ready`.
+// The spare pages a bulk build of list pages [sink_pages, end) needs with the layouts `ready`.
 int64_t RebuildPages(const std::vector<PageRef>& pages, int32_t sink_pages, int32_t end,
                      int page_size, std::span<const SegmentLayout> ready = {});
 
 // Dynamic insertion: each token of the first `absorb` tail pages (in position order) goes to
 // its nearest leaf; a full leaf splits in two pages by balanced 2-means over its keys and the
-// new one. Needs absorb * page_size free pages (at most one split per token).
+// new one. Needs absorb * page_size spare pages (at most one split per token).
 // REQUIRES: !tree->empty().
 bool InsertIntoList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32_t absorb,
                     LeafTree* tree);

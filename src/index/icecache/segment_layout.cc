@@ -69,6 +69,7 @@ bool LayOutSegment(PagePool& pool, SegmentLayout* out, BuildScratch* scratch) {
   const std::vector<std::vector<int32_t>> groups = Partition({keys.data(), ext.data(), d}, n, p);
 
   out->leaves.clear();
+  if (pool.spare() < static_cast<int64_t>(groups.size())) return false;
   for (size_t g = 0; g < groups.size(); ++g) {
     auto id = pool.Allocate();
     if (!id.ok()) {

@@ -53,8 +53,8 @@ int64_t LeavesFor(std::span<const PageRef> source, int page_size);
 
 // Partitions the tokens of `out->source` into ceil(tokens / P) leaves and copies their rows (K, V
 // and position, bit for bit) into fresh pages of `pool`. Returns false, with nothing allocated,
-// when the pool has no room. Reads only the source pages and writes only the fresh ones, so it may
-// run while other pages of the pool are written.
+// when the pool has no spare room (PagePool::spare). Reads only the source pages and writes only
+// the fresh ones, so it may run while other pages of the pool are written.
 bool LayOutSegment(PagePool& pool, SegmentLayout* out, BuildScratch* scratch);
 
 // Returns a layout's leaf pages to the pool (a layout that will not be installed).

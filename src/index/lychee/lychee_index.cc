@@ -202,7 +202,7 @@ void LycheeIndex::Absorb(KvSequence& seq) {
   const int64_t lists = static_cast<int64_t>(n_layers - l0) * heads;
   const int64_t need = plan.PagesAllocated(p);
   const int64_t net = std::max<int64_t>(0, need - plan.PagesFreed());
-  if (seq.pool().capacity() - seq.pool().used() < need + (lists - 1) * net) {
+  if (seq.pool().spare() < need + (lists - 1) * net) {
     ++skipped_;
     return;
   }
