@@ -315,5 +315,74 @@ TEST(IceCacheSearchTest, BestFirstSearchKeepsMostOfTheOraclesSoftmaxMass) {
   EXPECT_LT(nodes_visited, tree_nodes / 2);
 }
 
+// A needle: one leaf holds a single key far out along the query among keys that point away
+// from it, so its mean and narrowed bound rank it below 200 leaves of moderately aligned keys.
+// Its farthest key is the needle itself, and the best-first search finds it with room for two
+// leaves and ten candidates.
+class LeafKeysScorer : public LeafScorer {
+ public:
+  LeafKeysScorer(const std::vector<std::vector<float>>& leaves, const float* q)
+      : leaves_(leaves), q_(q) {}
+  float Score(int32_t leaf) override {
+    float best = -std::numeric_limits<float>::infinity();
+    for (size_t t = 0; t * kDim < leaves_[leaf].size(); ++t) {
+      best = std::max(best, DotF(q_, &leaves_[leaf][t * kDim], kDim));
+    }
+    return best;
+  }
+
+ private:
+  const std::vector<std::vector<float>>& leaves_;
+  const float* q_;
+};
+
+TEST(IceCacheSearchTest, BestFirstSearchFindsALoneKeyFarOutAlongTheQuery) {
+  TestRng rng(31);
+  std::vector<float> u(kDim);
+  for (float& x : u) x = rng.Normal();
+  const float un = Norm(u.data(), kDim);
+  for (float& x : u) x /= un;
+  const int kLeaves = 201, kNeedleLeaf = 137;
+  std::vector<std::vector<float>> leaves(kLeaves);
+  for (int leaf = 0; leaf < kLeaves; ++leaf) {
+    for (int t = 0; t < kPage; ++t) {
+      // Distractors: q.k about 0.5, tight. The needle's leaf: seven keys at -u, one at 3u.
+      const float along = leaf != kNeedleLeaf ? 0.5f : (t == 5 ? 3.0f : -1.0f);
+      for (int j = 0; j < kDim; ++j) leaves[leaf].push_back(along * u[j] + 0.05f * rng.Normal());
+    }
+  }
+  LeafTree tree(kDim);
+  float m = 0;
+  for (const std::vector<float>& k : leaves) {
+    for (int t = 0; t < kPage; ++t) m = std::max(m, DotF(&k[t * kDim], &k[t * kDim], kDim));
+  }
+  tree.set_max_sq_norm(m);
+  for (const std::vector<float>& k : leaves) tree.AddLeaf(k.data(), kPage);
+  tree.BuildUpper();
+  const TreeQuery query{u.data(), 1, kDim};
+  SearchScratch scratch;
+  PrepareQuery(query, &scratch);
+  const LeafTree::Node& needle = tree.node(tree.leaf_node(kNeedleLeaf));
+  // The narrowed bound alone would rank the needle's leaf last of all.
+  const float narrowed =
+      DotF(u.data(), tree.centroid(tree.leaf_node(kNeedleLeaf)), kDim) + 0.2f * needle.radius;
+  int above = 0;
+  for (int leaf = 0; leaf < kLeaves; ++leaf) {
+    const int32_t n = tree.leaf_node(leaf);
+    above += DotF(u.data(), tree.centroid(n), kDim) + 0.2f * tree.node(n).radius > narrowed;
+  }
+  ASSERT_EQ(above, kLeaves - 1);
+  ASSERT_GT(DotF(u.data(), tree.far_key(tree.leaf_node(kNeedleLeaf)), kDim), 2.5f);
+  LeafKeysScorer scorer(leaves, u.data());
+  std::vector<Pick> picks;
+  SelectionStats stats;
+  BestFirstSelect(tree, query, SearchWidth{0.2f, 2 + 8}, {}, 2 * kPage, 2, scorer, &scratch, &picks,
+                  &stats);
+  ASSERT_FALSE(picks.empty());
+  EXPECT_FALSE(picks[0].loose);
+  EXPECT_EQ(picks[0].id, kNeedleLeaf);
+  EXPECT_LT(stats.nodes_visited, tree.num_nodes() / 2);
+}
+
 }  // namespace
 }  // namespace icecache::ice

@@ -84,7 +84,8 @@ inline double DistD(const float* a, const float* b, int d) {
 // the root, levels are balanced, fan-out is at most kFanout; counts add up; every radius bounds
 // every key below its node (in double precision), parents' balls contain their children's; ext
 // is the mean lifted coordinate for the current M, and M bounds every |k|^2; every node's bound
-// is at least the true max q.k below it for random queries.
+// is at least the true max q.k below it for random queries; every node's farthest key is a key
+// below it, for a leaf the one farthest from its mean.
 inline void ExpectTreeInvariants(const IceCacheIndex& index, const KvSequence& seq, int dense,
                                  int group, TestRng& rng) {
   const KvLayout& layout = seq.layout();
@@ -163,18 +164,26 @@ inline void ExpectTreeInvariants(const IceCacheIndex& index, const KvSequence& s
             below[n].insert(below[n].end(), below[ch].begin(), below[ch].end());
           }
         }
-        double ext = 0, best = -1e300;
+        double ext = 0, best = -1e300, farthest = 0;
         int64_t count = 0;
+        bool far_found = false;
         for (int32_t leaf : below[n]) {
           for (size_t t = 0; t * d < keys[leaf].size(); ++t) {
             const float* k = &keys[leaf][t * d];
             ASSERT_GE(node.radius, DistD(k, tree.centroid(n), d)) << "radius misses a key";
+            farthest = std::max(farthest, DistD(k, tree.centroid(n), d));
+            far_found = far_found || std::equal(k, k + d, tree.far_key(n));
             ext += ExtraCoord(tree.max_sq_norm(), DotF(k, k, d));
             ++count;
             for (int g = 0; g < group; ++g) best = std::max(best, DotD(&q[g * d], k, d));
           }
         }
         ASSERT_EQ(count, node.count);
+        ASSERT_TRUE(far_found) << "the farthest key is not a key below the node";
+        if (node.level == 0) {
+          ASSERT_NEAR(DistD(tree.far_key(n), tree.centroid(n), d), farthest, 1e-4 * (1 + farthest))
+              << "a leaf's farthest key is not its farthest";
+        }
         ASSERT_NEAR(node.ext, ext / count, 1e-3 * (1 + std::abs(ext / count)));
         double bound = -1e300;
         for (int g = 0; g < group; ++g) {

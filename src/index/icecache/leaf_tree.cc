@@ -13,6 +13,7 @@ void LeafTree::Clear() {
   max_sq_norm_ = 0;
   nodes_.clear();
   centroid_.clear();
+  far_.clear();
   leaf_node_.clear();
   root_ = -1;
 }
@@ -22,10 +23,11 @@ int32_t LeafTree::NewNode(int32_t level) {
   nodes_.emplace_back();
   nodes_.back().level = level;
   centroid_.resize(centroid_.size() + dim_, 0.0f);
+  far_.resize(far_.size() + dim_, 0.0f);
   return id;
 }
 
-float BallOf(const float* keys, int n, int dim, float* centroid) {
+float BallOf(const float* keys, int n, int dim, float* centroid, int* farthest) {
   ICECACHE_CHECK(n >= 1);
   std::vector<double> acc(dim, 0.0);
   for (int t = 0; t < n; ++t) {
@@ -33,11 +35,15 @@ float BallOf(const float* keys, int n, int dim, float* centroid) {
     for (int j = 0; j < dim; ++j) acc[j] += k[j];
   }
   for (int j = 0; j < dim; ++j) centroid[j] = static_cast<float>(acc[j] / n);
-  float r = 0;
+  float r = -1;
   for (int t = 0; t < n; ++t) {
-    r = std::max(r, SqDist(keys + static_cast<size_t>(t) * dim, centroid, dim));
+    const float d2 = SqDist(keys + static_cast<size_t>(t) * dim, centroid, dim);
+    if (d2 > r) {
+      r = d2;
+      if (farthest != nullptr) *farthest = t;
+    }
   }
-  r = std::sqrt(r);
+  r = std::sqrt(std::max(0.0f, r));
   return r + Slack(r + Norm(centroid, dim));
 }
 
@@ -47,7 +53,10 @@ void LeafTree::SetLeafStats(int32_t id, const float* keys, int n) {
     const float* k = keys + static_cast<size_t>(t) * dim_;
     ext += ExtraCoord(max_sq_norm_, DotF(k, k, dim_));
   }
-  const float r = BallOf(keys, n, dim_, mutable_centroid(id));
+  int far = 0;
+  const float r = BallOf(keys, n, dim_, mutable_centroid(id), &far);
+  std::copy_n(keys + static_cast<size_t>(far) * dim_, dim_,
+              far_.data() + static_cast<size_t>(id) * dim_);
   Node& node = nodes_[id];
   node.count = n;
   node.ext = static_cast<float>(ext / n);
@@ -71,13 +80,20 @@ void LeafTree::RefreshNode(int32_t id) {
   float* c = mutable_centroid(id);
   for (int j = 0; j < dim_; ++j) c[j] = static_cast<float>(acc[j] / count);
   const float c_norm = Norm(c, dim_);
-  float r = 0;
+  float r = 0, far_d2 = -1;
+  int32_t far_child = node.children[0];
   for (int32_t ch : node.children) {
     const Node& child = nodes_[ch];
     const float* cc = centroid(ch);
     const float reach = std::sqrt(SqDist(c, cc, dim_)) + child.radius;
     r = std::max(r, reach + Slack(c_norm + Norm(cc, dim_) + child.radius));
+    const float d2 = SqDist(c, far_key(ch), dim_);
+    if (d2 > far_d2) {
+      far_d2 = d2;
+      far_child = ch;
+    }
   }
+  std::copy_n(far_key(far_child), dim_, far_.data() + static_cast<size_t>(id) * dim_);
   node.count = static_cast<int32_t>(count);
   node.ext = static_cast<float>(ext / count);
   node.radius = r;
@@ -89,7 +105,8 @@ void LeafTree::RefreshUp(int32_t id) {
   }
 }
 
-int32_t LeafTree::AddLeafBall(const float* centroid, float radius, const float* sq_norms, int n) {
+int32_t LeafTree::AddLeafBall(const float* centroid, float radius, const float* far_key,
+                              const float* sq_norms, int n) {
   ICECACHE_CHECK(root_ < 0 && n >= 1);
   const int32_t id = NewNode(0);
   const int32_t leaf = leaves();
@@ -98,6 +115,7 @@ int32_t LeafTree::AddLeafBall(const float* centroid, float radius, const float* 
   double ext = 0;
   for (int t = 0; t < n; ++t) ext += ExtraCoord(max_sq_norm_, sq_norms[t]);
   std::copy_n(centroid, dim_, mutable_centroid(id));
+  std::copy_n(far_key, dim_, far_.data() + static_cast<size_t>(id) * dim_);
   Node& node = nodes_[id];
   node.count = n;
   node.ext = static_cast<float>(ext / n);
@@ -248,7 +266,7 @@ void LeafTree::SplitOverflow(int32_t id) {
 
 int64_t LeafTree::MemoryBytes() const {
   int64_t b = static_cast<int64_t>(nodes_.capacity()) * sizeof(Node) +
-              static_cast<int64_t>(centroid_.capacity()) * sizeof(float) +
+              static_cast<int64_t>(centroid_.capacity() + far_.capacity()) * sizeof(float) +
               static_cast<int64_t>(leaf_node_.capacity()) * sizeof(int32_t);
   for (const Node& n : nodes_) b += static_cast<int64_t>(n.children.capacity()) * sizeof(int32_t);
   return b;

@@ -7,6 +7,9 @@
 // (radii are in the original key space, so for any query q: q.k <= q.c + |q| r). Inner radii
 // contain their children's balls: r_parent >= |c_parent - c_child| + r_child (plus a rounding
 // slack), so a parent's bound is at least each child's bound, which the exact search relies on.
+// Every node also keeps one real key below it, its farthest key f: for a leaf the key farthest
+// from its mean (the one that sets the radius), for an inner node the children's farthest key
+// farthest from its own mean. q.f is an actual score the best-first search can rank a node by.
 //
 // Grouping is ball-tree style: the bulk build partitions the keys into leaves by recursive
 // balanced bisection in k' space (balanced_split.h), then partitions each level's centroids into
@@ -24,8 +27,9 @@
 namespace icecache::ice {
 
 // The ball of `n` >= 1 keys ([n][dim]): writes their mean to `centroid` ([dim]) and returns a
-// radius r with |k - centroid| <= r for each of them (padded for rounding, mips.h Slack).
-float BallOf(const float* keys, int n, int dim, float* centroid);
+// radius r with |k - centroid| <= r for each of them (padded for rounding, mips.h Slack). With
+// `farthest`, also the index of the key farthest from the mean (the first of equals).
+float BallOf(const float* keys, int n, int dim, float* centroid, int* farthest = nullptr);
 
 class LeafTree {
  public:
@@ -50,9 +54,11 @@ class LeafTree {
   // Bulk build: appends leaf `leaves()` with its keys ([n][dim], n >= 1). After the last one,
   // call BuildUpper. `max_sq_norm` must bound |k|^2 of every key (set_max_sq_norm first).
   int32_t AddLeaf(const float* keys, int n);
-  // The same leaf as AddLeaf over its keys, from their ball (BallOf: `centroid` [dim] and
-  // `radius`) and their squared norms ([n], DotF(k, k)), computed beforehand.
-  int32_t AddLeafBall(const float* centroid, float radius, const float* sq_norms, int n);
+  // The same leaf as AddLeaf over its keys, from their ball (BallOf: `centroid` [dim], `radius`
+  // and the farthest key, `far_key` [dim]) and their squared norms ([n], DotF(k, k)), computed
+  // beforehand.
+  int32_t AddLeafBall(const float* centroid, float radius, const float* far_key,
+                      const float* sq_norms, int n);
   // Groups the leaves into inner levels up to one root. REQUIRES: leaves() >= 1 and no inner
   // nodes yet.
   void BuildUpper();
@@ -87,6 +93,8 @@ class LeafTree {
   const float* centroid(int32_t id) const {
     return centroid_.data() + static_cast<size_t>(id) * dim_;
   }
+  // The key below the node farthest from its centroid (the one that sets its radius).
+  const float* far_key(int32_t id) const { return far_.data() + static_cast<size_t>(id) * dim_; }
   int32_t leaf_node(int32_t leaf) const { return leaf_node_[leaf]; }
   int64_t MemoryBytes() const;
 
@@ -103,6 +111,7 @@ class LeafTree {
   float max_sq_norm_ = 0;
   std::vector<Node> nodes_;
   std::vector<float> centroid_;     // [nodes][dim]
+  std::vector<float> far_;          // [nodes][dim]
   std::vector<int32_t> leaf_node_;  // leaf id -> node
   int32_t root_ = -1;
   std::vector<double> acc_;  // RefreshNode's sums (kept: it runs for every ancestor per insertion)

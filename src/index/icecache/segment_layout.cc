@@ -81,6 +81,7 @@ bool LayOutSegment(PagePool& pool, SegmentLayout* out, BuildScratch* scratch) {
   const RowCopier copier(view);
   out->centroid.resize(groups.size() * d);
   out->radius.resize(groups.size());
+  out->far.resize(groups.size() * d);
   out->sq_norm.clear();
   out->sq_norm.reserve(n);
   std::vector<float>& group_keys = scratch->group_keys;
@@ -95,8 +96,10 @@ bool LayOutSegment(PagePool& pool, SegmentLayout* out, BuildScratch* scratch) {
       out->sq_norm.push_back(sq[r]);
     }
     pool.Touch(id);
+    int far = 0;
     out->radius[g] = BallOf(group_keys.data(), static_cast<int>(groups[g].size()), d,
-                            out->centroid.data() + g * d);
+                            out->centroid.data() + g * d, &far);
+    std::copy_n(group_keys.data() + static_cast<size_t>(far) * d, d, out->far.data() + g * d);
   }
   return true;
 }

@@ -75,10 +75,10 @@ void BestFirstSelect(const LeafTree& tree, const TreeQuery& query, const SearchW
   for (size_t i = 0; i < loose.size(); ++i) push(loose[i].score, kLoose, static_cast<int32_t>(i));
   if (!tree.empty()) {
     PrepareQuery(query, scratch);
-    // Nodes come out best first by the narrowed bound max_g (q_g.c + w |q_g| r); an inner node
-    // that comes out is expanded, a leaf becomes a candidate, until `width.leaves` candidates.
-    // Each node's q.c is computed once: with it, the narrowed bound orders the queue and the true
-    // bound keys a candidate in the scoring below.
+    // Nodes come out best first by the narrowed key max_g max(q_g.c + w |q_g| r, q_g.f), f the
+    // node's farthest key; an inner node that comes out is expanded, a leaf becomes a candidate,
+    // until `width.leaves` candidates. Each node's q.c is computed once: with it, the narrowed
+    // key orders the queue and the true bound keys a candidate in the scoring below.
     std::vector<SearchScratch::Open>& open = scratch->open;  // a max-heap by narrowed bound
     const auto less = [](const SearchScratch::Open& a, const SearchScratch::Open& b) {
       return a.key < b.key || (a.key == b.key && a.id > b.id);
@@ -90,7 +90,12 @@ void BestFirstSelect(const LeafTree& tree, const TreeQuery& query, const SearchW
         const float qc =
             DotF(query.q + static_cast<size_t>(g) * query.dim, tree.centroid(id), query.dim);
         const float qr = scratch->q_norm[g] * n.radius;
-        narrowed = std::max(narrowed, qc + width.radius_weight * qr);
+        // The narrowed bound, or the score of the node's farthest key where that is higher: a
+        // key far out in the query's direction is a real score, which the narrowed bound alone
+        // would miss in a node whose other keys look elsewhere.
+        const float qf =
+            DotF(query.q + static_cast<size_t>(g) * query.dim, tree.far_key(id), query.dim);
+        narrowed = std::max(narrowed, std::max(qc + width.radius_weight * qr, qf));
         bound = std::max(bound, qc + qr);
       }
       open.push_back({narrowed, bound, id});

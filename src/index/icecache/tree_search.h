@@ -7,8 +7,11 @@
 // out of a priority queue by a narrowed bound, max_g (q_g.c + w |q_g| r) with a radius weight w
 // in [0, 1]: w = 1 is the true bound, which on real keys is dominated by the radius and ranks
 // nodes by size more than by direction; w = 0 is the centroid alone, which shrinks toward the
-// mean for large nodes. An inner node that comes out is expanded (its children's bounds are
-// computed, and counted); a leaf that comes out becomes a candidate, until `leaves` candidates.
+// mean for large nodes. Where the node's farthest key (leaf_tree.h) scores higher, max_g q_g.f,
+// that real score is the key instead: a node whose keys mostly look elsewhere but hold one key
+// far out in the query's direction (a needle's digit among unrelated keys) is not left behind.
+// An inner node that comes out is expanded (its children's bounds are computed, and counted); a
+// leaf that comes out becomes a candidate, until `leaves` candidates.
 // The work therefore follows the query, not the context: where the best keys sit in a few
 // subtrees only those are opened. The candidates (and the loose units) are then ranked by exact
 // score (from their keys and the group's query heads, through LeafScorer; at most the best q.k),
