@@ -79,7 +79,7 @@ void BestFirstSelect(const LeafTree& tree, const TreeQuery& query, const SearchW
     // node's farthest key; an inner node that comes out is expanded, a leaf becomes a candidate,
     // until `width.leaves` candidates. Each node's q.c is computed once: with it, the narrowed
     // key orders the queue and the true bound keys a candidate in the scoring below.
-    std::vector<SearchScratch::Open>& open = scratch->open;  // a max-heap by narrowed bound
+    std::vector<SearchScratch::Open>& open = scratch->open;  // a max-heap by narrowed key
     const auto less = [](const SearchScratch::Open& a, const SearchScratch::Open& b) {
       return a.key < b.key || (a.key == b.key && a.id > b.id);
     };

@@ -67,7 +67,7 @@ struct SearchScratch {
   std::vector<Entry> heap;
   std::vector<float> q_norm;
   struct Open {
-    float key;    // narrowed bound
+    float key;    // narrowed key: the narrowed bound, or the farthest key's score if higher
     float bound;  // true bound
     int32_t id;   // node
   };
