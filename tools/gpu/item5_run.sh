@@ -107,10 +107,12 @@ if [[ $DO_A == 1 ]]; then
       fail "5a offloaded policies at $ctx"
   done
   # Device memory at batch 1: --kv-policies sizes its pool for the prefill and a fork, and the
-  # page summaries are allocated for the whole pool, so the share comes from a run of its own.
+  # page summaries are allocated for the whole pool, so the share comes from a run of its own. It
+  # decodes 64 steps so that the summary can say which steps' index updates are slow (every
+  # 16th, when a page leaves the window, or only the first).
   top=$(echo $CONTEXTS | tr ' ' '\n' | sort -n | tail -1)
-  run "5a memory $top" 1 "${SYN[@]}" --contexts "$top" --kv-policy icecache --kv-budget 2048 ||
-    fail "5a memory at $top"
+  run "5a memory $top" 1 --synthetic "$SHAPE" --decode 64 --repeats 1 --prefill-chunk 4096 \
+    --contexts "$top" --kv-policy icecache --kv-budget 2048 || fail "5a memory at $top"
   if [[ $REAL == 1 ]]; then
     if [[ -f $MODEL && -f $ROOT/.carry/real_text.txt ]]; then
       run "5a real keys" 1 -m default --contexts "$REAL_CONTEXTS" --decode 32 --repeats 1 \

@@ -7,6 +7,7 @@ docs/PERF.md, and marks each target met or not:
   5c  icecache's best throughput at 32K >= 3x full attention's best.
 Usage: item5_summary.py item5.jsonl"""
 import json
+import statistics
 import sys
 
 STEP_MS_TARGET, SPEEDUP_TARGET, MEMORY_TARGET, THROUGHPUT_TARGET = 6.0, 1.3, 0.05, 3.0
@@ -79,6 +80,12 @@ def main(path):
                    f" {mib(device)} = {100 * share:.2f}% of the full KV against <= "
                    f"{100 * MEMORY_TARGET:.0f}% ({verdict(share <= MEMORY_TARGET)}); "
                    f"{r['decode_ms_per_step']:.2f} ms/step")
+        updates = r.get("decode_step_update_ms") or []
+        if updates:
+            slow = [i for i, u in enumerate(updates) if u > 10 * max(statistics.median(updates), 0.1)]
+            out.append(f"- index update after each of its {len(updates)} steps: median "
+                       f"{statistics.median(updates):.2f} ms, max {max(updates):.2f} ms; steps over "
+                       f"10x the median: {slow if slow else 'none'}")
     if not targets:
         out.append("- no budget-2048 row at the largest context: the 5a targets were not measured")
 
