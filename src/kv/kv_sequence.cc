@@ -19,10 +19,10 @@ KvSequence::KvSequence(PagePool* pool) : pool_(pool) {
 
 KvSequence::~KvSequence() { Truncate(0); }
 
-void KvSequence::SyncCredit() {
-  const int64_t c = layout().PagesForTokens(length_);
-  if (c != credited_) pool_->Credit(c - credited_);
-  credited_ = c;
+void KvSequence::SetLength(int64_t n) {
+  const int64_t delta = layout().PagesForTokens(n) - layout().PagesForTokens(length_);
+  if (delta != 0) pool_->Credit(delta);
+  length_ = n;
 }
 
 Status KvSequence::Grow(int64_t n) {
@@ -64,8 +64,7 @@ Status KvSequence::Grow(int64_t n) {
       pool_->Touch(l.pages[k].id);
     }
   }
-  length_ = new_len;
-  SyncCredit();
+  SetLength(new_len);
   return Status::Ok();
 }
 
@@ -98,8 +97,7 @@ void KvSequence::Truncate(int64_t n) {
       pool_->Touch(l.pages.back().id);
     }
   }
-  length_ = n;
-  SyncCredit();
+  SetLength(n);
 }
 
 void KvSequence::Slots(int layer, int64_t first, int64_t n, int32_t* slots) const {
@@ -237,8 +235,7 @@ Status KvSequence::CopyFrom(const KvSequence& other, Backend& backend) {
     Restamp(lists_[i]);
     for (const PageRef& p : other.lists_[i].pages) lists_[i].pages.push_back({dst[next++], p.len});
   }
-  length_ = other.length_;
-  SyncCredit();
+  SetLength(other.length_);
   return Status::Ok();
 }
 

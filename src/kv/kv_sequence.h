@@ -126,12 +126,12 @@ class KvSequence {
     return lists_[static_cast<size_t>(layer) * layout().n_kv_heads + head];
   }
 
-  // Credits the pool's growth reserve with the positional pages of length() (PagePool::spare).
-  void SyncCredit();
+  // Sets length() to `n` and credits the pool's growth reserve with the change in its positional
+  // pages (PagePool::spare).
+  void SetLength(int64_t n);
 
   PagePool* pool_;
   int64_t length_ = 0;
-  int64_t credited_ = 0;     // what SyncCredit last credited
   std::vector<List> lists_;  // [layer * n_kv_heads + head]
 };
 
