@@ -44,6 +44,12 @@ struct EngineOptions {
   // copy of each layer's queries), "auto" (device when the policy supports it, on a GPU). The
   // CPU backend runs the same device path with its reference ops when asked for "device".
   std::string kv_select = "auto";
+  // Device-side selection: while a layer computes, select and fetch the next layer's pages from
+  // an early estimate of its queries (the residual stream after this layer's attention, through
+  // the next layer's query projection), so that its own selection finds them resident. What is
+  // selected and attended does not change; only when pages cross the host link. "auto": on a
+  // GPU (where it overlaps with the layer's compute), off on the CPU (where it only adds work).
+  std::string kv_prefetch = "auto";
   // Wait for the device between select, fetch and attend of device-side selection so that
   // KvStats splits each step's time (costs a few waits per layer; off, that time is "rest").
   bool kv_timing = false;
@@ -95,11 +101,13 @@ struct KvStats {
   // Tokens attended per (layer, KV head) per step in sparse layers, and in dense layers.
   double tokens_attended = 0;
   double tokens_attended_dense = 0;
-  double context_tokens = 0;  // average sequence length during decode
-  double nodes_visited = 0;   // index nodes / pages / keys scored per (layer, KV head) per step
-  double pages_fetched = 0;   // pages copied into the working set per step
-  double bytes_fetched = 0;   // bytes copied into the working set per step
-  double hit_rate = 0;        // selected pages already resident / pages selected
+  double context_tokens = 0;    // average sequence length during decode
+  double nodes_visited = 0;     // index nodes / pages / keys scored per (layer, KV head) per step
+  double pages_fetched = 0;     // pages copied into the working set per step for a selection
+  double pages_prefetched = 0;  // pages copied in per step ahead of their layer (--kv-prefetch)
+  double bytes_fetched = 0;     // bytes copied into the working set per step (both kinds)
+  // Selected pages already resident (prefetched ones included) / pages selected.
+  double hit_rate = 0;
   // Seconds per step: selection, working-set fetch, attention, the index's update after the
   // step (insertions; it first waits for the step's device work, which it then includes), and
   // everything else.

@@ -132,7 +132,11 @@ void Backend::MapPages(const PageMapArgs& args) {
   ICECACHE_CHECK(args.slot_len.numel() == args.slots.num_pages);
   ICECACHE_CHECK(args.table.numel() >= rows + 1 + 2 * rows * stride);
   ICECACHE_CHECK(args.fetch.numel() >= rows * (1 + 2 * int64_t{args.capacity}));
-  ICECACHE_CHECK(args.counters.dtype() == DType::kI32 && args.counters.numel() == 6);
+  ICECACHE_CHECK(args.counters.dtype() == DType::kI32 && args.counters.numel() == 8);
+  ICECACHE_CHECK(args.pending.empty() ||
+                 (args.pending.dtype() == DType::kI32 && args.pending.numel() == rows));
+  ICECACHE_CHECK(args.slot_used.empty() || (args.slot_used.dtype() == DType::kI32 &&
+                                            args.slot_used.numel() == args.slots.num_pages));
   DoMapPages(args);
 }
 

@@ -101,9 +101,16 @@ struct PageSelectArgs {
 // Arguments of Backend::MapPages: the working-set step of a device-side selection. Row r owns
 // the slot pages [g * capacity, (g + 1) * capacity) of `slots`, g = first_group + r. A selected
 // page that sits in one of the row's slots with the same token count is a hit; every other one
-// takes one of the row's slots that holds no selected page (lowest free slot first, in selection
-// order; its old page is evicted) and is copied there from `host`. Writes the attention's page
-// table over `slots`: rows in order, each in selection order.
+// takes one of the row's slots that holds no selected page (in selection order; its old page is
+// evicted) and is copied there from `host`: with `slot_used`, first the free slots that the last
+// normal map did not list (lowest first), then the others; without it, lowest first. Writes the
+// attention's page table over `slots`: rows in order, each in selection order, and stamps the
+// listed slots with `clock`.
+//
+// Prefetch mode (`pending` given): the selection was made from an early estimate of the layer's
+// query, to bring its pages in before the layer needs them. Pages are placed and copied the same
+// way, except that each row's pending page (the one the step is still writing; -1: none) is
+// neither kept nor copied; no table is written, and the copies are counted as prefetched.
 struct PageMapArgs {
   Tensor sel_ids, sel_lens;  // i32 [rows, stride]: SelectPages' output
   Tensor sel_count;          // i32 [rows]
@@ -117,9 +124,14 @@ struct PageMapArgs {
   // i32 [rows + 1 + 2 * rows * stride]: indptr | indices (rows * stride) | lens (rows * stride).
   Tensor table;
   Tensor fetch;  // i32 [rows, 1 + 2 * capacity]: scratch (count, then source/slot pairs)
-  // i32 [6], 8-byte aligned: three int64 counters that the call adds to: hits, pages fetched
-  // (stale ones included; hits + fetched = pages listed), tokens listed.
+  // i32 [8], 8-byte aligned: four int64 counters that the call adds to: hits, pages fetched
+  // (stale ones included; hits + fetched = pages listed), tokens listed, pages prefetched.
   Tensor counters;
+  Tensor pending;  // i32 [rows]: prefetch mode (above); empty: a normal map
+  // Optional (empty: unused): i32 [slot pages], the `clock` of the last normal map that listed
+  // each slot, and this map's clock (a normal map lists each row once per clock value).
+  Tensor slot_used;
+  int32_t clock = 0;
 };
 
 class Backend {
@@ -156,6 +168,15 @@ class Backend {
   static constexpr int kFences = 1;
   virtual void RecordFence(int fence) {}
   virtual void WaitFence(int fence) {}
+  // Side work: operations queued between BeginSideWork() and EndSideWork() are ordered after
+  // everything queued before BeginSideWork() but may run alongside what is queued after
+  // EndSideWork(), until JoinSideWork() orders the work queued after it after the side work.
+  // Side work holds operations only (no copies, allocations or waits) and must not touch what
+  // the main work touches before the join; Synchronize waits for it too. Where work runs as it
+  // is queued (the CPU), these do nothing.
+  virtual void BeginSideWork() {}
+  virtual void EndSideWork() {}
+  virtual void JoinSideWork() {}
   // Host memory the backend copies from fastest (pinned on CUDA); zero-filled.
   virtual Result<Tensor> AllocateStaging(DType dtype, std::span<const int64_t> shape) {
     return Tensor::Host(dtype, shape);

@@ -14,6 +14,7 @@ EngineOptions ModelOptions::ToEngineOptions() const {
   e.kv = kv;
   e.kv_offload = kv_offload;
   e.kv_select = kv_select;
+  e.kv_prefetch = kv_prefetch;
   e.kv_timing = kv_timing;
   e.device_mem_limit = device_mem_limit;
   e.synthetic = synthetic;
@@ -122,6 +123,12 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
                  "auto (device where supported, "
                  "on a GPU)")
       ->check(CLI::IsMember({"auto", "device", "host"}))
+      ->capture_default_str();
+  app.add_option("--kv-prefetch", o->kv_prefetch,
+                 "device-side selection: while a layer computes, fetch the next layer's likely "
+                 "pages from an early estimate of its queries (the selection itself is "
+                 "unchanged); auto: on a GPU, off on the CPU, where it cannot overlap")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app.add_flag("--kv-timing", o->kv_timing,
                "split each step's time into select/fetch/attend for device-side selection "

@@ -19,6 +19,7 @@ struct ModelOptions {
   KvConfig kv;
   std::string kv_offload = "auto";
   std::string kv_select = "auto";
+  std::string kv_prefetch = "auto";
   bool kv_timing = false;
   int64_t device_mem_limit = 0;  // bytes; 0: no cap
   std::string synthetic;         // a random-weight model of this shape instead of --model

@@ -33,6 +33,7 @@ nlohmann::json KvStatsToJson(const KvStats& s) {
       {"context_tokens", s.context_tokens},
       {"nodes_visited", s.nodes_visited},
       {"pages_fetched", s.pages_fetched},
+      {"pages_prefetched", s.pages_prefetched},
       {"bytes_fetched", s.bytes_fetched},
       {"hit_rate", s.hit_rate},
       {"select_seconds", s.select_seconds},
@@ -85,6 +86,12 @@ std::string KvStatsText(const KvStats& s, double prefill_seconds) {
         "{} = {:.2f}% of the full KV",
         HumanBytes(s.device_index_bytes), HumanBytes(device),
         s.host_kv_bytes > 0 ? 100.0 * static_cast<double>(device) / s.host_kv_bytes : 0.0);
+    if (s.pages_prefetched > 0) {
+      text += fmt::format(
+          "\nprefetch         {:.1f} pages per step brought in ahead of their layer (in the "
+          "bytes above)",
+          s.pages_prefetched);
+    }
     if (s.select_seconds + s.fetch_seconds + s.attend_seconds == 0) {
       text += "\n                 (select/fetch/attend not split: run with --kv-timing)";
     }

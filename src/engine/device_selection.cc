@@ -41,6 +41,8 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
   const int64_t out = lim.max_pages;
   ICECACHE_ASSIGN_OR_RETURN(d->limits_dev_, backend.Allocate(DType::kI32, {rows, 5}));
   ICECACHE_ASSIGN_OR_RETURN(d->limits_stage_, backend.AllocateStaging(DType::kI32, {rows, 5}));
+  ICECACHE_ASSIGN_OR_RETURN(d->pending_dev_, backend.Allocate(DType::kI32, {rows}));
+  ICECACHE_ASSIGN_OR_RETURN(d->pending_stage_, backend.AllocateStaging(DType::kI32, {rows}));
   ICECACHE_ASSIGN_OR_RETURN(d->out_ids_, backend.Allocate(DType::kI32, {d->heads_, out}));
   ICECACHE_ASSIGN_OR_RETURN(d->out_lens_, backend.Allocate(DType::kI32, {d->heads_, out}));
   ICECACHE_ASSIGN_OR_RETURN(d->out_count_, backend.Allocate(DType::kI32, {d->heads_}));
@@ -48,12 +50,13 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
   const int64_t slots = ws.view().num_pages;
   ICECACHE_ASSIGN_OR_RETURN(d->slot_page_, backend.Allocate(DType::kI32, {slots}));
   ICECACHE_ASSIGN_OR_RETURN(d->slot_len_, backend.Allocate(DType::kI32, {slots}));
+  ICECACHE_ASSIGN_OR_RETURN(d->slot_used_, backend.Allocate(DType::kI32, {slots}));
   ICECACHE_ASSIGN_OR_RETURN(d->table_,
                             backend.Allocate(DType::kI32, {d->heads_ + 1 + 2 * d->heads_ * out}));
   ICECACHE_ASSIGN_OR_RETURN(
       d->fetch_, backend.Allocate(DType::kI32, {d->heads_ * (1 + 2 * int64_t{d->capacity_})}));
-  ICECACHE_ASSIGN_OR_RETURN(d->counters_, backend.Allocate(DType::kI32, {6}));
-  ICECACHE_ASSIGN_OR_RETURN(d->counters_host_, backend.AllocateStaging(DType::kI32, {6}));
+  ICECACHE_ASSIGN_OR_RETURN(d->counters_, backend.Allocate(DType::kI32, {8}));
+  ICECACHE_ASSIGN_OR_RETURN(d->counters_host_, backend.AllocateStaging(DType::kI32, {8}));
   d->synced_.assign(rows, 0);
   d->seen_stamp_.assign(rows, 0);
   d->planned_nodes_.assign(n_layers, 0);
@@ -70,6 +73,8 @@ void DeviceSelection::ResetResidency() {
   (void)backend_->Copy(src.Slice(0, resident_.numel()), resident_);
   (void)backend_->Copy(src.Slice(0, slot_page_.numel()), slot_page_);
   (void)backend_->Copy(src.Slice(0, slot_len_.numel()), slot_len_);
+  (void)backend_->Copy(src.Slice(0, slot_used_.numel()), slot_used_);
+  clock_ = 1;  // every slot was last listed at -1
 }
 
 Status DeviceSelection::Grow(int64_t entries) {
@@ -111,6 +116,7 @@ Status DeviceSelection::Prepare(const KvSequence& seq, int pending) {
   }
   last_length_ = seq.length();
   host_view_ = seq.pool().view();
+  if (pending > 0) ++clock_;
   const PagePool& pool = seq.pool();
   int64_t most = 0;
   for (int l = 0; l < layers_; ++l) {
@@ -126,6 +132,7 @@ Status DeviceSelection::Prepare(const KvSequence& seq, int pending) {
   to_bound_ids.clear();
   to_bound_lens.clear();
   int32_t* lim = limits_stage_.data_as<int32_t>();
+  int32_t* pend = pending_stage_.data_as<int32_t>();
   const int64_t length = seq.length();
   std::fill(planned_nodes_.begin(), planned_nodes_.end(), 0);
   for (int l = 0; l < layers_; ++l) {
@@ -171,6 +178,7 @@ Status DeviceSelection::Prepare(const KvSequence& seq, int pending) {
       }
       for (int32_t e = from; e < count; ++e) visit(e);
       synced_[r] = count;
+      pend[r] = pending > 0 && count > 0 ? pages[count - 1].id : -1;
       int32_t* row = lim + r * 5;
       row[0] = count;
       if (length <= limits_.budget && count <= limits_.max_pages) {
@@ -193,6 +201,7 @@ Status DeviceSelection::Prepare(const KvSequence& seq, int pending) {
         host_lens_.data() + lo, list_lens_.data_as<int32_t>() + lo, rows, bytes, pitch, pitch));
   }
   ICECACHE_RETURN_IF_ERROR(backend_->Copy(limits_stage_, limits_dev_));
+  ICECACHE_RETURN_IF_ERROR(backend_->Copy(pending_stage_, pending_dev_));
   const int64_t n = static_cast<int64_t>(to_bound_ids.size());
   if (n > 0) {
     if (bound_ids_.empty() || bound_ids_.numel() < n) {
@@ -233,7 +242,7 @@ void DeviceSelection::Select(int layer, const Tensor& q) {
   backend_->SelectPages(s);
 }
 
-void DeviceSelection::Map(int layer, const WorkingSet& ws, PageTableView* table) {
+PageMapArgs DeviceSelection::MapArgs(int layer, const WorkingSet& ws) const {
   PageMapArgs m;
   m.sel_ids = out_ids_;
   m.sel_lens = out_lens_;
@@ -245,15 +254,29 @@ void DeviceSelection::Map(int layer, const WorkingSet& ws, PageTableView* table)
   m.resident = resident_;
   m.slot_page = slot_page_;
   m.slot_len = slot_len_;
+  m.slot_used = slot_used_;
+  m.clock = clock_;
   m.table = table_;
   m.fetch = fetch_;
   m.counters = counters_;
-  backend_->MapPages(m);
+  return m;
+}
+
+void DeviceSelection::Map(int layer, const WorkingSet& ws, PageTableView* table) {
+  backend_->MapPages(MapArgs(layer, ws));
   const int32_t* t = table_.data_as<const int32_t>();
   table->indptr = t;
   table->indices = t + heads_ + 1;
   table->lens = t + heads_ + 1 + static_cast<int64_t>(heads_) * limits_.max_pages;
   table->num_rows = heads_;
+}
+
+void DeviceSelection::Prefetch(int layer, const Tensor& q, const WorkingSet& ws) {
+  Select(layer, q);
+  PageMapArgs m = MapArgs(layer, ws);
+  const int64_t first = static_cast<int64_t>(layer) * heads_;
+  m.pending = pending_dev_.Slice(first, first + heads_);
+  backend_->MapPages(m);
 }
 
 Result<WorkingSetCounters> DeviceSelection::Counters(const KvLayout& layout) {
@@ -263,8 +286,9 @@ Result<WorkingSetCounters> DeviceSelection::Counters(const KvLayout& layout) {
   WorkingSetCounters w;
   w.hits = c[0];
   w.pages_fetched = c[1];
-  w.bytes_fetched = c[1] * layout.page_bytes();
-  w.lookups = c[0] + c[1];  // every listed page is a hit or fetched
+  w.pages_prefetched = c[3];
+  w.bytes_fetched = (c[1] + c[3]) * layout.page_bytes();  // every page that crossed
+  w.lookups = c[0] + c[1];                                // every listed page is a hit or fetched
   w.tokens_listed = c[2];
   return w;
 }
@@ -272,8 +296,8 @@ Result<WorkingSetCounters> DeviceSelection::Counters(const KvLayout& layout) {
 int64_t DeviceSelection::device_bytes() const {
   int64_t b = 0;
   for (const Tensor* t : {&list_ids_, &list_lens_, &limits_dev_, &scores_, &out_ids_, &out_lens_,
-                          &out_count_, &resident_, &slot_page_, &slot_len_, &table_, &fetch_,
-                          &counters_, &bound_ids_, &bound_lens_}) {
+                          &out_count_, &resident_, &slot_page_, &slot_len_, &slot_used_, &table_,
+                          &fetch_, &counters_, &bound_ids_, &bound_lens_, &pending_dev_}) {
     b += t->empty() ? 0 : t->numel() * 4;
   }
   return b;

@@ -60,11 +60,16 @@ class DeviceSelection {
   // Maps the selection into `ws` (fetching what is missing); `table` then views the attention's
   // page table over the working set.
   void Map(int layer, const WorkingSet& ws, PageTableView* table);
+  // Selects `layer`'s pages for an early estimate `q` of its queries and brings them into `ws`
+  // (MapPages' prefetch mode: the page the step is still writing is left alone). Select and Map
+  // with the real queries follow; they find the prefetched pages resident, and select what they
+  // would have selected without it.
+  void Prefetch(int layer, const Tensor& q, const WorkingSet& ws);
 
   // The candidate pages scored at this step for `layer` (nodes), summed over its KV heads.
   int64_t planned_nodes(int layer) const { return planned_nodes_[layer]; }
-  // Pages listed, hits, pages fetched and tokens listed so far (reads the device counters;
-  // waits for the device).
+  // Pages listed, hits, pages fetched and prefetched, and tokens listed so far (reads the device
+  // counters; waits for the device).
   Result<WorkingSetCounters> Counters(const KvLayout& layout);
   // Backend bytes of the lists, limits, residency map and scratch (the shared bounds excluded).
   int64_t device_bytes() const;
@@ -75,6 +80,8 @@ class DeviceSelection {
  private:
   DeviceSelection() = default;
   Status Grow(int64_t entries);
+  // MapPages' arguments for `layer` over the last selection (a normal map).
+  PageMapArgs MapArgs(int layer, const WorkingSet& ws) const;
   void ResetResidency();
 
   Backend* backend_ = nullptr;
@@ -89,9 +96,11 @@ class DeviceSelection {
   // Device state.
   Tensor list_ids_, list_lens_;  // [layers * heads, stride_]
   Tensor limits_dev_;            // [layers * heads, 5]
+  Tensor pending_dev_;           // [layers * heads]: the page the step writes, or -1
   Tensor scores_;                // [heads, stride_]
   Tensor out_ids_, out_lens_, out_count_;
-  Tensor resident_, slot_page_, slot_len_, table_, fetch_, counters_;
+  Tensor resident_, slot_page_, slot_len_, slot_used_, table_, fetch_, counters_;
+  int32_t clock_ = 0;  // decode steps prepared (PageMapArgs::clock)
   Tensor bound_ids_, bound_lens_;
   // Host side: mirrors of the uploaded lists ([layers * heads, stride_]: page id, token count,
   // page version when it was summarized or kNotSummarized) and per row the entries uploaded and
@@ -102,7 +111,7 @@ class DeviceSelection {
   std::vector<int32_t> synced_;
   std::vector<uint64_t> seen_stamp_;
   std::vector<int32_t> bound_stage_ids_, bound_stage_lens_;  // pages to summarize this call
-  Tensor limits_stage_, counters_host_;
+  Tensor limits_stage_, pending_stage_, counters_host_;
   KvPoolView host_view_;
   std::vector<int64_t> planned_nodes_;
 };

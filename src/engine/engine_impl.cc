@@ -95,6 +95,12 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
     return InvalidArgument("--kv-select: expected auto, device or host, got '" + options.kv_select +
                            "'");
   }
+  if (options.kv_prefetch != "auto" && options.kv_prefetch != "on" &&
+      options.kv_prefetch != "off") {
+    return InvalidArgument("--kv-prefetch: expected auto, on or off, got '" + options.kv_prefetch +
+                           "'");
+  }
+
   const bool gpu = e->backend_->device() != Device::kCpu;
   const bool offload = gpu && (options.kv_offload == "on" ||
                                (options.kv_offload == "auto" && options.kv.policy != "full"));
@@ -132,6 +138,9 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
 
   e->sparse_ = std::make_unique<SparseAttention>(e->backend_.get(), c);
   e->sparse_->set_phase_timing(options.kv_timing);
+  // Prefetching pays where it overlaps with the layer's compute (a GPU's side stream); on the
+  // CPU it would only add work.
+  e->sparse_->set_prefetch(options.kv_prefetch == "on" || (options.kv_prefetch == "auto" && gpu));
   e->index_workers_ = std::make_unique<ThreadPool>(gpu ? 0 : options.threads);
   if (offload) {
     // One layer of the pool (what a dense step of every sequence may list), grown on demand.

@@ -29,6 +29,15 @@ class LayerAttention {
   virtual Status Prepare(const StepContext& step) = 0;
   // out[t, h, :] = attention of q[t, h, :] over this strategy's pages of `layer`.
   virtual Status Attend(int layer, const Tensor& q, const Tensor& out) = 0;
+
+  // Prefetch from an early estimate of a layer's queries (design brief section 3): whether this
+  // strategy wants one for `layer`, and the prefetch itself. The transformer computes the
+  // estimate from the residual stream before `layer` runs (its own projection of the previous
+  // layer's state after attention) and calls Prefetch as side work (Backend::BeginSideWork),
+  // joined before Attend(layer). A prefetch may only move pages into a working set: what Attend
+  // selects and computes must not depend on it.
+  virtual bool WantsPrefetch(int layer) const { return false; }
+  virtual Status Prefetch(int layer, const Tensor& q_estimate) { return Status::Ok(); }
 };
 
 }  // namespace icecache

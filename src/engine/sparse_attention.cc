@@ -55,6 +55,25 @@ bool SparseAttention::NeedsHostQueries(int layer) const {
   return false;
 }
 
+bool SparseAttention::WantsPrefetch(int layer) const {
+  if (!prefetch_) return false;
+  for (const SequenceState* st : states_) {
+    if (st->device_select && st->sparse() && layer >= st->kv.dense_layers) return true;
+  }
+  return false;
+}
+
+Status SparseAttention::Prefetch(int layer, const Tensor& q_estimate) {
+  const int64_t width = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
+  for (size_t i = 0; i < states_.size(); ++i) {
+    SequenceState& st = *states_[i];
+    if (!st.device_select || !st.sparse() || layer < st.kv.dense_layers) continue;
+    const int64_t t = static_cast<int64_t>(i);
+    st.device_select->Prefetch(layer, q_estimate.Slice(t, t + 1).Reshape({width}), *st.working_set);
+  }
+  return Status::Ok();
+}
+
 Result<const float*> SparseAttention::HostQueries(const Tensor& q) {
   if (backend_->device() == Device::kCpu) return q.data_as<const float>();
   const int64_t n = q.dim(0);

@@ -8,7 +8,10 @@
 //
 // A sequence with a DeviceSelection (--kv-select device; quest) selects in backend memory
 // instead: its pages are ranked and mapped into the working set by backend ops and the page
-// table never leaves the device, so the layer's queries stay there too.
+// table never leaves the device, so the layer's queries stay there too. Such a sequence also
+// prefetches: from the transformer's early estimate of the next layer's queries it selects and
+// maps that layer's pages as side work while the current layer computes, so that the real
+// selection finds most of its pages resident (DeviceSelection::Prefetch).
 //
 // Otherwise, on a GPU the host tier is pinned host memory (--kv-offload) and the working set is
 // device memory: the policies select on the host from a copy of the layer's queries (one
@@ -39,8 +42,15 @@ class SparseAttention : public LayerAttention {
   // Device-side selection waits for the device between its phases to time them (KvStats).
   void set_phase_timing(bool on) { phase_timing_ = on; }
 
+  // Prefetch from the transformer's early query estimates for sequences that select on the
+  // device (--kv-prefetch): their next layer's pages move into the working set while the
+  // current layer computes.
+  void set_prefetch(bool on) { prefetch_ = on; }
+
   Status Prepare(const StepContext& step) override;
   Status Attend(int layer, const Tensor& q, const Tensor& out) override;
+  bool WantsPrefetch(int layer) const override;
+  Status Prefetch(int layer, const Tensor& q_estimate) override;
 
  private:
   // Attention of one sequence's token over a page table built from `lists` (one list per KV
@@ -70,6 +80,7 @@ class SparseAttention : public LayerAttention {
   std::vector<float> q_f32_;
   AttentionRecall recall_;
   bool phase_timing_ = false;
+  bool prefetch_ = true;
 };
 
 }  // namespace icecache

@@ -113,6 +113,8 @@ Status Transformer::AllocateWorkspace(int max_seqs, int64_t pool_capacity) {
   ICECACHE_ASSIGN_OR_RETURN(up_, b.Allocate(act, {n, c.ffn}));
   ICECACHE_ASSIGN_OR_RETURN(logits_in_, b.Allocate(act, {n, c.hidden}));
   ICECACHE_ASSIGN_OR_RETURN(logits_, b.Allocate(DType::kF32, {n, c.vocab}));
+  ICECACHE_ASSIGN_OR_RETURN(qe_xn_, b.Allocate(act, {max_seqs, c.hidden}));
+  ICECACHE_ASSIGN_OR_RETURN(qe_, b.Allocate(act, {max_seqs, c.n_heads, c.head_dim}));
 
   std::vector<float> inv_freq(c.head_dim / 2);
   ComputeRopeInvFreq(c, inv_freq.data());
@@ -278,6 +280,27 @@ Result<int64_t> Transformer::StageInputs(const ForwardInput& in, std::span<const
   return n_rows;
 }
 
+Status Transformer::QueuePrefetch(int layer, int64_t n, const Tensor& pos_t,
+                                  LayerAttention& attention) {
+  const ModelConfig& c = config_;
+  Backend& b = *backend_;
+  const LayerWeights& lw = w_.layers[layer];
+  const Tensor xn = qe_xn_.Slice(0, n), q = qe_.Slice(0, n);
+  // The residual stream after the previous layer's attention, normalized as `layer` will
+  // normalize its input. Read on the main stream: the next layer updates x in place.
+  b.RmsNorm(x_.Slice(0, n), lw.attn_norm, c.norm_eps, xn);
+  b.BeginSideWork();
+  b.MatMul(xn, lw.wq, lw.bq.empty() ? nullptr : &lw.bq, q.Reshape({n, c.q_dim()}));
+  if (!lw.q_norm.empty()) {
+    const Tensor qh = q.Reshape({n * c.n_heads, c.head_dim});
+    b.RmsNorm(qh, lw.q_norm, c.norm_eps, qh);
+  }
+  b.Rope(pos_t, inv_freq_, q);
+  const Status st = attention.Prefetch(layer, q);
+  b.EndSideWork();
+  return st;
+}
+
 Status Transformer::RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows,
                               LayerAttention& attention) {
   const ModelConfig& c = config_;
@@ -319,9 +342,13 @@ Status Transformer::RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows,
     const Tensor slots(base + 4 * m + static_cast<int64_t>(l) * m * c.n_kv_heads, DType::kI32,
                        {n, c.n_kv_heads}, dev);
     b.RopeWriteKv(inv_freq_, q, KvWriteArgs{k, v, slots, pos_t, pool});
+    b.JoinSideWork();  // the prefetch for this layer, queued during the last one
     ICECACHE_RETURN_IF_ERROR(attention.Attend(l, q, attn));
     b.MatMul(attn.Reshape({n, c.q_dim()}), lw.wo, nullptr, xn);
     b.AddRmsNorm(xn, x, lw.ffn_norm, c.norm_eps, xn);
+    if (l + 1 < c.n_layers && n <= qe_.dim(0) && attention.WantsPrefetch(l + 1)) {
+      ICECACHE_RETURN_IF_ERROR(QueuePrefetch(l + 1, n, pos_t, attention));
+    }
     if (!lw.w_gate_up.empty()) {
       b.MatMulGlu(xn, lw.w_gate_up, up, gate);
     } else {

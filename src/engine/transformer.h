@@ -81,6 +81,9 @@ class Transformer {
   Result<int64_t> StageInputs(const ForwardInput& in, std::span<const int64_t> start);
   // The layers and the logits (backend ops only).
   Status RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows, LayerAttention& attention);
+  // Queues the early query estimate of `layer` for the step's `n` tokens and the strategy's
+  // prefetch from it as side work (LayerAttention::Prefetch).
+  Status QueuePrefetch(int layer, int64_t n, const Tensor& pos_t, LayerAttention& attention);
 
   ModelConfig config_;
   Backend* backend_ = nullptr;
@@ -90,6 +93,8 @@ class Transformer {
 
   // Activations (backend memory), sized for max_tokens_.
   Tensor x_, xn_, q_, k_, v_, attn_, gate_, up_, logits_, logits_in_;
+  // The next layer's early query estimate (LayerAttention::Prefetch), one row per sequence.
+  Tensor qe_xn_, qe_;
   Tensor inv_freq_;
   // Step inputs, i32: [ids | positions | row_base | rows] (4 x max_tokens), then the K/V slots
   // of every layer ([n_layers][max_tokens][n_kv_heads]). Host staging and backend copy (the

@@ -145,8 +145,10 @@ void CheckKernels(int bound_rows) {
   Tensor g_resident = I32ToDevice(*gpu, resident, {kHostPages});
   Tensor g_slot_page = I32ToDevice(*gpu, slot_page, {groups * cap});
   Tensor g_slot_len = I32ToDevice(*gpu, slot_len, {groups * cap});
-  alignas(8) int32_t c_counters[6] = {0, 0, 0, 0, 0, 0};
-  Tensor g_counters = I32ToDevice(*gpu, {0, 0, 0, 0, 0, 0}, {6});
+  std::vector<int32_t> slot_used(groups * cap, -1);
+  Tensor g_slot_used = I32ToDevice(*gpu, slot_used, {groups * cap});
+  alignas(8) int32_t c_counters[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  Tensor g_counters = I32ToDevice(*gpu, {0, 0, 0, 0, 0, 0, 0, 0}, {8});
   const int64_t table_n = rows + 1 + 2 * rows * out_stride;
   std::vector<int32_t> c_table(table_n), c_fetch(rows * (1 + 2 * cap));
   Tensor g_table = gpu->Allocate(DType::kI32, {table_n}).value();
@@ -212,10 +214,11 @@ void CheckKernels(int bound_rows) {
     m.resident = Tensor(resident.data(), DType::kI32, {kHostPages});
     m.slot_page = Tensor(slot_page.data(), DType::kI32, {groups * cap});
     m.slot_len = Tensor(slot_len.data(), DType::kI32, {groups * cap});
+    m.slot_used = Tensor(slot_used.data(), DType::kI32, {groups * cap});
+    m.clock = step + 1;
     m.table = Tensor(c_table.data(), DType::kI32, {table_n});
     m.fetch = Tensor(c_fetch.data(), DType::kI32, {static_cast<int64_t>(c_fetch.size())});
-    m.counters = Tensor(c_counters, DType::kI32, {6});
-    cpu->MapPages(m);
+    m.counters = Tensor(c_counters, DType::kI32, {8});
     PageMapArgs gm = m;
     gm.sel_ids = g.out_ids.Slice(0, rows_mapped);
     gm.sel_lens = g.out_lens.Slice(0, rows_mapped);
@@ -225,9 +228,26 @@ void CheckKernels(int bound_rows) {
     gm.resident = g_resident;
     gm.slot_page = g_slot_page;
     gm.slot_len = g_slot_len;
+    gm.slot_used = g_slot_used;
     gm.table = g_table;
     gm.fetch = g_fetch;
     gm.counters = g_counters;
+    if (step % 2 == 1) {
+      // Prefetch mode first (the same selection; row 0's first page pending): the same slots,
+      // residency and counters on both, and the map that follows finds them resident.
+      std::vector<int32_t> pending = {c_out_ids[0], -1};
+      PageMapArgs pm = m;
+      pm.pending = Tensor(pending.data(), DType::kI32, {rows_mapped});
+      cpu->MapPages(pm);
+      PageMapArgs gpm = gm;
+      gpm.pending = I32ToDevice(*gpu, pending, {rows_mapped});
+      gpu->MapPages(gpm);
+      EXPECT_EQ(I32ToHost(*gpu, g_resident), resident);
+      EXPECT_EQ(I32ToHost(*gpu, g_slot_page), slot_page);
+      EXPECT_EQ(I32ToHost(*gpu, g_slot_len), slot_len);
+      EXPECT_EQ(I32ToHost(*gpu, g_counters), std::vector<int32_t>(c_counters, c_counters + 8));
+    }
+    cpu->MapPages(m);
     gpu->MapPages(gm);
     const std::vector<int32_t> gt = I32ToHost(*gpu, g_table);
     const int total = c_table[rows_mapped];
@@ -238,7 +258,8 @@ void CheckKernels(int bound_rows) {
     }
     EXPECT_EQ(I32ToHost(*gpu, g_resident), resident);
     EXPECT_EQ(I32ToHost(*gpu, g_slot_page), slot_page);
-    EXPECT_EQ(I32ToHost(*gpu, g_counters), std::vector<int32_t>(c_counters, c_counters + 6));
+    EXPECT_EQ(I32ToHost(*gpu, g_slot_used), slot_used);
+    EXPECT_EQ(I32ToHost(*gpu, g_counters), std::vector<int32_t>(c_counters, c_counters + 8));
     // The device slots hold what the CPU slots hold, for every mapped slot.
     const std::vector<uint16_t> gk = ToHostU16(*gpu, slots.dk);
     for (int i = 0; i < total; ++i) {

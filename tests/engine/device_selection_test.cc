@@ -9,7 +9,9 @@
 //   attended of icecache rank centroid on the host; "auto" on a device resolves to rank centroid;
 //   the same for lychee with rank centroid (lists re-arranged into chunk pages);
 // - MapPages keeps the working set's slots equal to the selected host pages over random steps,
-//   counts a repeated selection as all hits, and evicts only unselected pages;
+//   counts a repeated selection as all hits, and evicts only unselected pages; its prefetch mode
+//   places pages without a table and leaves the pending page alone;
+// - prefetching from early query estimates changes no logit;
 // - unsupported combinations are clear errors.
 #include <gtest/gtest.h>
 
@@ -36,10 +38,12 @@ class DeviceSelectionTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete dir_; }
 
-  static Result<std::unique_ptr<Engine>> Make(const KvConfig& kv, const std::string& where) {
+  static Result<std::unique_ptr<Engine>> Make(const KvConfig& kv, const std::string& where,
+                                              bool prefetch = true) {
     EngineOptions o{.model = *dir_, .context_size = 1024, .prefill_chunk = 64};
     o.kv = kv;
     o.kv_select = where;
+    o.kv_prefetch = prefetch ? "on" : "off";
     return Engine::Create(o);
   }
   static KvConfig Quest(int budget) {
@@ -145,6 +149,34 @@ TEST_F(DeviceSelectionTest, ASessionsNextContextNeverHitsStaleCopies) {
     auto got = (*ds)->Score(second);
     ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
     ExpectSameLogits(*got, *want);
+  }
+}
+
+// Prefetching the next layer's pages from an early query estimate (on by default, so every test
+// above compares a prefetching device selection with the host's) moves pages earlier; it must
+// not change what is selected or attended.
+TEST_F(DeviceSelectionTest, PrefetchMovesPagesEarlierAndChangesNothingAttended) {
+  const ScoreRequest r{Tokens(420, 21), Tokens(40, 22), true};
+  for (const char* policy : {"quest", "icecache", "lychee"}) {
+    SCOPED_TRACE(policy);
+    KvConfig kv = Quest(64);
+    kv.policy = policy;
+    kv.rank = "centroid";
+    auto off = Make(kv, "device", false);
+    auto on = Make(kv, "device", true);
+    ASSERT_TRUE(off.ok() && on.ok());
+    auto want = (*off)->Score(r);
+    auto got = (*on)->Score(r);
+    ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
+    ExpectSameLogits(*got, *want);
+    EXPECT_DOUBLE_EQ(got->kv.tokens_attended, want->kv.tokens_attended);
+    EXPECT_EQ(want->kv.pages_prefetched, 0.0);
+    EXPECT_GT(got->kv.pages_prefetched, 0.0);
+    // Every page that crossed is counted once, fetched for a selection or prefetched.
+    const int64_t page_bytes = int64_t{2} * 8 * (*on)->info().head_dim * sizeof(float);
+    EXPECT_NEAR(got->kv.bytes_fetched,
+                (got->kv.pages_fetched + got->kv.pages_prefetched) * page_bytes, 1e-6);
+    EXPECT_NEAR(want->kv.bytes_fetched, want->kv.pages_fetched * page_bytes, 1e-6);
   }
 }
 
@@ -315,7 +347,7 @@ TEST(MapPagesTest, SlotsHoldTheSelectedPagesAndRepeatsAreHits) {
   KvPoolView slots{sk.data(), sv.data(), spos.data(), DType::kF32, slot_pages, page, dim};
   std::vector<int32_t> resident(host_pages, -1), slot_page(slot_pages, -1), slot_len(slot_pages, 0);
   std::vector<int32_t> table(rows + 1 + 2 * rows * stride), fetch(rows * (1 + 2 * cap));
-  alignas(8) int32_t counters[6] = {0, 0, 0, 0, 0, 0};
+  alignas(8) int32_t counters[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::vector<int32_t> sel_ids(rows * stride), sel_lens(rows * stride), sel_count(rows);
   auto map = [&] {
     PageMapArgs m;
@@ -331,7 +363,7 @@ TEST(MapPagesTest, SlotsHoldTheSelectedPagesAndRepeatsAreHits) {
     m.slot_len = Tensor(slot_len.data(), DType::kI32, {slot_pages});
     m.table = Tensor(table.data(), DType::kI32, {static_cast<int64_t>(table.size())});
     m.fetch = Tensor(fetch.data(), DType::kI32, {static_cast<int64_t>(fetch.size())});
-    m.counters = Tensor(counters, DType::kI32, {6});
+    m.counters = Tensor(counters, DType::kI32, {8});
     backend->MapPages(m);
   };
   const int64_t* c = reinterpret_cast<const int64_t*>(counters);
@@ -401,6 +433,111 @@ TEST(MapPagesTest, SlotsHoldTheSelectedPagesAndRepeatsAreHits) {
     const int32_t s = table[rows + 1];
     EXPECT_EQ(0, std::memcmp(&sk[s * page_elems], &hk[changed * page_elems], page_elems * 4));
   }
+}
+
+// Prefetch mode: the selected pages move into free slots like a normal map, except the pending
+// page; no table is written, the copies count as prefetched, and a normal map of the same pages
+// then finds them resident.
+TEST(MapPagesTest, PrefetchPlacesPagesButNotThePendingOneAndWritesNoTable) {
+  auto backend = MakeCpuBackend({.threads = 1});
+  const int page = 4, dim = 8, host_pages = 16, cap = 6, stride = 4;
+  const int64_t page_elems = page * dim;
+  std::vector<float> hk(host_pages * page_elems), hv(hk.size());
+  std::vector<int32_t> hpos(host_pages * page);
+  for (size_t i = 0; i < hk.size(); ++i) {
+    hk[i] = static_cast<float>(i);
+    hv[i] = 0.5f * static_cast<float>(i);
+  }
+  for (size_t i = 0; i < hpos.size(); ++i) hpos[i] = static_cast<int32_t>(i);
+  std::vector<float> sk(cap * page_elems), sv(sk.size());
+  std::vector<int32_t> spos(cap * page);
+  KvPoolView host{hk.data(), hv.data(), hpos.data(), DType::kF32, host_pages, page, dim};
+  KvPoolView slots{sk.data(), sv.data(), spos.data(), DType::kF32, cap, page, dim};
+  std::vector<int32_t> resident(host_pages, -1), slot_page(cap, -1), slot_len(cap, 0);
+  std::vector<int32_t> table(1 + 1 + 2 * stride, -7), fetch(1 + 2 * cap);
+  alignas(8) int32_t counters[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::vector<int32_t> sel_ids = {3, 5, 7, 9}, sel_lens = {4, 4, 2, 4}, sel_count = {4};
+  int32_t pending = 7;
+  PageMapArgs m;
+  m.sel_ids = Tensor(sel_ids.data(), DType::kI32, {1, stride});
+  m.sel_lens = Tensor(sel_lens.data(), DType::kI32, {1, stride});
+  m.sel_count = Tensor(sel_count.data(), DType::kI32, {1});
+  m.host = host;
+  m.slots = slots;
+  m.capacity = cap;
+  m.resident = Tensor(resident.data(), DType::kI32, {host_pages});
+  m.slot_page = Tensor(slot_page.data(), DType::kI32, {cap});
+  m.slot_len = Tensor(slot_len.data(), DType::kI32, {cap});
+  m.table = Tensor(table.data(), DType::kI32, {static_cast<int64_t>(table.size())});
+  m.fetch = Tensor(fetch.data(), DType::kI32, {static_cast<int64_t>(fetch.size())});
+  m.counters = Tensor(counters, DType::kI32, {8});
+  PageMapArgs pm = m;
+  pm.pending = Tensor(&pending, DType::kI32, {1});
+  backend->MapPages(pm);
+  const int64_t* c = reinterpret_cast<const int64_t*>(counters);
+  EXPECT_EQ(c[0], 0);
+  EXPECT_EQ(c[1], 0);
+  EXPECT_EQ(c[2], 0);
+  EXPECT_EQ(c[3], 3);
+  EXPECT_EQ(resident[7], -1) << "the pending page stays out";
+  for (int32_t id : {3, 5, 9}) {
+    const int32_t s = resident[id];
+    ASSERT_GE(s, 0);
+    EXPECT_EQ(slot_page[s], id);
+    EXPECT_EQ(0, std::memcmp(&sk[s * page_elems], &hk[id * page_elems], page_elems * 4));
+    EXPECT_EQ(0, std::memcmp(&sv[s * page_elems], &hv[id * page_elems], page_elems * 4));
+  }
+  EXPECT_EQ(table, std::vector<int32_t>(table.size(), -7)) << "no table in prefetch mode";
+  // The real map: three hits, the pending page fetched.
+  backend->MapPages(m);
+  EXPECT_EQ(c[0], 3);
+  EXPECT_EQ(c[1], 1);
+  EXPECT_EQ(c[3], 3);
+  EXPECT_EQ(table[1], 4);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(slot_page[table[2 + i]], sel_ids[i]);
+}
+
+// With slot_used, a page the last step listed outlives older ones: the free slots that the
+// last normal map did not list are taken first.
+TEST(MapPagesTest, RecentlyListedPagesAreEvictedLast) {
+  auto backend = MakeCpuBackend({.threads = 1});
+  const int page = 2, dim = 4, host_pages = 8, cap = 4;
+  std::vector<float> hk(host_pages * page * dim, 1.0f), hv(hk.size(), 2.0f), sk(cap * page * dim),
+      sv(sk.size());
+  std::vector<int32_t> hpos(host_pages * page, 0), spos(cap * page);
+  std::vector<int32_t> resident(host_pages, -1), slot_page(cap, -1), slot_len(cap, 0),
+      slot_used(cap, -1), table(2 + 2 * cap), fetch(1 + 2 * cap);
+  alignas(8) int32_t counters[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  auto map = [&](std::vector<int32_t> ids, int32_t clock) {
+    std::vector<int32_t> lens(ids.size(), page), count = {static_cast<int32_t>(ids.size())};
+    const int64_t n = static_cast<int64_t>(ids.size());
+    PageMapArgs m;
+    m.sel_ids = Tensor(ids.data(), DType::kI32, {1, n});
+    m.sel_lens = Tensor(lens.data(), DType::kI32, {1, n});
+    m.sel_count = Tensor(count.data(), DType::kI32, {1});
+    m.host = {hk.data(), hv.data(), hpos.data(), DType::kF32, host_pages, page, dim};
+    m.slots = {sk.data(), sv.data(), spos.data(), DType::kF32, cap, page, dim};
+    m.capacity = cap;
+    m.resident = Tensor(resident.data(), DType::kI32, {host_pages});
+    m.slot_page = Tensor(slot_page.data(), DType::kI32, {cap});
+    m.slot_len = Tensor(slot_len.data(), DType::kI32, {cap});
+    m.slot_used = Tensor(slot_used.data(), DType::kI32, {cap});
+    m.clock = clock;
+    m.table = Tensor(table.data(), DType::kI32, {static_cast<int64_t>(table.size())});
+    m.fetch = Tensor(fetch.data(), DType::kI32, {static_cast<int64_t>(fetch.size())});
+    m.counters = Tensor(counters, DType::kI32, {8});
+    backend->MapPages(m);
+  };
+  const int64_t* c = reinterpret_cast<const int64_t*>(counters);
+  map({1, 2}, 1);  // slots 0 and 1
+  map({3}, 2);     // slot 2: slots 0 and 1 were listed at the last clock
+  EXPECT_EQ(resident[3], 2);
+  EXPECT_EQ(resident[1], 0);
+  map({1, 4}, 3);  // page 1 is still resident; page 4 takes slot 1 (listed two clocks ago)
+  EXPECT_EQ(c[0], 1);
+  EXPECT_EQ(resident[4], 1);
+  EXPECT_EQ(resident[3], 2);
+  EXPECT_EQ(slot_used, (std::vector<int32_t>{3, 3, 2, -1}));
 }
 
 }  // namespace

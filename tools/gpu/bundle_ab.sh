@@ -7,11 +7,15 @@
 #
 #   tools/gpu/bundle_ab.sh --a OLD.tar.xz --b NEW.tar.xz [--contexts "131072"]
 #       [--configs "lychee:centroid:256 icecache:auto:256"] [--decode 32] [--tests]
+#       [--a-flags "..."] [--b-flags "..."]
 # A configuration is POLICY:RANK:BUDGET; "full" alone runs full attention with all KV on the device.
-# --tests runs bundle B's offload and device-selection CUDA tests first.
+# --tests runs bundle B's offload and device-selection CUDA tests first. --a-flags and --b-flags
+# add options to one side's sparse runs, so that one bundle given as both A and B compares two
+# settings (--a-flags "--kv-prefetch off").
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 A="" B="" CONTEXTS="131072" CONFIGS="lychee:centroid:256 icecache:auto:256" DECODE=32 TESTS=0
+A_FLAGS="" B_FLAGS=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --a) A=$2; shift ;;
@@ -20,6 +24,8 @@ while [[ $# -gt 0 ]]; do
     --configs) CONFIGS=$2; shift ;;
     --decode) DECODE=$2; shift ;;
     --tests) TESTS=1 ;;
+    --a-flags) A_FLAGS=$2; shift ;;
+    --b-flags) B_FLAGS=$2; shift ;;
     *) echo "unknown option $1"; exit 2 ;;
   esac
   shift
@@ -51,10 +57,15 @@ for ctx in $CONTEXTS; do
       args+=(--kv-policy "$policy" --kv-rank "$rank" --kv-budget "$budget")
     fi
     for side in A B; do
-      step "$side: context $ctx, $cfg"
-      timeout 300 "${BINS[$side]}" "${args[@]}" >"$OUT/tmp.json" 2>"$OUT/tmp.err" ||
+      flags=()
+      if [[ $policy != full ]]; then
+        [[ $side == A ]] && read -r -a flags <<<"$A_FLAGS"
+        [[ $side == B ]] && read -r -a flags <<<"$B_FLAGS"
+      fi
+      step "$side: context $ctx, $cfg ${flags[*]}"
+      timeout 300 "${BINS[$side]}" "${args[@]}" "${flags[@]}" >"$OUT/tmp.json" 2>"$OUT/tmp.err" ||
         fail "$side $cfg $ctx: $(tail -1 "$OUT/tmp.err")"
-      grep -E "time per step|selection|prompt index" "$OUT/tmp.err"
+      grep -E "time per step|selection|prompt index|fetch|prefetch" "$OUT/tmp.err"
       python3 -c 'import json,sys; print(json.dumps({"side": sys.argv[2], "config": sys.argv[3], **json.load(open(sys.argv[1]))["results"][0]}))' \
         "$OUT/tmp.json" "$side" "$cfg" >>"$OUT/ab.jsonl"
     done

@@ -183,36 +183,49 @@ void MapPagesCpu(const PageMapArgs& a) {
   int64_t* counters = reinterpret_cast<int64_t*>(a.counters.data());
   const int64_t page_elems = static_cast<int64_t>(a.host.page_size) * a.host.head_dim;
   const int64_t page_bytes = page_elems * ElemBytes(a.host.dtype);
+  // Prefetch mode: each row's pending page is left out, and nothing but the slots changes.
+  const int32_t* pending = a.pending.empty() ? nullptr : a.pending.data_as<const int32_t>();
+  int32_t* used = a.slot_used.empty() ? nullptr : a.slot_used.data_as<int32_t>();
   std::vector<uint8_t> kept;
-  std::vector<int32_t> slot_of, copies;
-  indptr[0] = 0;
+  std::vector<int32_t> slot_of, copies, free_slots;
+  if (pending == nullptr) indptr[0] = 0;
   for (int r = 0; r < rows; ++r) {
     const int n = std::min({a.sel_count.data_as<const int32_t>()[r], stride, cap});
     const int64_t base = static_cast<int64_t>(a.first_group + r) * cap;
     const int32_t* ids = a.sel_ids.data_as<const int32_t>() + static_cast<int64_t>(r) * stride;
     const int32_t* lens = a.sel_lens.data_as<const int32_t>() + static_cast<int64_t>(r) * stride;
+    const int32_t skip = pending != nullptr ? pending[r] : -1;
     kept.assign(cap, 0);
     slot_of.assign(n, -1);
     copies.clear();
     for (int i = 0; i < n; ++i) {
       const int32_t id = ids[i];
       ICECACHE_CHECK(id >= 0 && id < a.host.num_pages);
+      if (id == skip) continue;
       const int32_t s = resident[id];
       if (s >= base && s < base + cap && slot_page[s] == id) {
         slot_of[i] = s;
         kept[s - base] = 1;
-        if (slot_len[s] == lens[i]) {
-          ++counters[0];
-        } else {
+        if (slot_len[s] != lens[i]) {
           copies.push_back(i);  // stale: copied again into its slot
+        } else if (pending == nullptr) {
+          ++counters[0];
         }
       }
     }
-    int next_free = 0;
+    // Free slots: those the last normal map did not list first (with slot_used), lowest first.
+    free_slots.clear();
+    for (int recent = 0; recent < 2; ++recent) {
+      for (int j = 0; j < cap; ++j) {
+        const bool is_recent = used != nullptr && used[base + j] >= a.clock - 1;
+        if (!kept[j] && is_recent == (recent == 1)) free_slots.push_back(j);
+      }
+    }
+    size_t next_free = 0;
     for (int i = 0; i < n; ++i) {
-      if (slot_of[i] >= 0) continue;
-      while (kept[next_free]) ++next_free;  // a free slot exists: n <= capacity
-      const int32_t s = static_cast<int32_t>(base + next_free++);
+      if (slot_of[i] >= 0 || ids[i] == skip) continue;
+      // A free slot exists: n <= capacity.
+      const int32_t s = static_cast<int32_t>(base + free_slots[next_free++]);
       const int32_t old = slot_page[s];
       if (old >= 0 && old < a.host.num_pages && resident[old] == s) resident[old] = -1;
       slot_page[s] = ids[i];
@@ -229,12 +242,18 @@ void MapPagesCpu(const PageMapArgs& a) {
       std::memcpy(a.slots.positions + dst * a.host.page_size,
                   a.host.positions + src * a.host.page_size, a.host.page_size * sizeof(int32_t));
     }
+    if (pending != nullptr) {
+      counters[3] += static_cast<int64_t>(copies.size());
+      for (int i : copies) slot_len[slot_of[i]] = lens[i];
+      continue;
+    }
     counters[1] += static_cast<int64_t>(copies.size());
     for (int i = 0; i < n; ++i) {
       counters[2] += lens[i];
       indices[indptr[r] + i] = slot_of[i];
       table_lens[indptr[r] + i] = lens[i];
       slot_len[slot_of[i]] = lens[i];
+      if (used != nullptr) used[slot_of[i]] = a.clock;
     }
     indptr[r + 1] = indptr[r] + n;
   }

@@ -16,6 +16,7 @@ namespace icecache::cuda {
 namespace {
 
 constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
+constexpr int64_t kSideGemmWorkspaceBytes = int64_t{4} << 20;  // side work's small products
 // Decode attention scratch: enough partial rows for several waves of split blocks.
 constexpr int64_t kDecodePartialFloats = int64_t{8} << 20;
 constexpr int64_t kDecodeLseFloats = int64_t{256} << 10;
@@ -53,6 +54,7 @@ CudaBackend::CudaBackend() = default;
 CudaBackend::~CudaBackend() {
   if (compute_) cudaStreamSynchronize(compute_.get());
   if (copy_) cudaStreamSynchronize(copy_.get());
+  if (side_) cudaStreamSynchronize(side_.get());
   if (timing_start_) {
     CollectGraphTiming();
     std::fprintf(stderr, "[cuda] %d graphs captured, %lld replays\n", graphs_captured_,
@@ -113,6 +115,12 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
     return Internal("cannot create a CUDA stream: " + Err(e));
   }
   copy_.reset(s);
+  int least = 0, greatest = 0;
+  if ((e = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess ||
+      (e = cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest)) != cudaSuccess) {
+    return Internal("cannot create a CUDA stream: " + Err(e));
+  }
+  side_.reset(s);
   cudaEvent_t ev = nullptr;
   if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess) {
     return Internal("cannot create a CUDA event: " + Err(e));
@@ -122,6 +130,12 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
     return Internal("cannot create a CUDA event: " + Err(e));
   }
   copy_done_.reset(ev);
+  for (EventPtr* p : {&side_start_, &side_done_}) {
+    if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess) {
+      return Internal("cannot create a CUDA event: " + Err(e));
+    }
+    p->reset(ev);
+  }
   for (EventPtr& f : fences_) {
     if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess) {
       return Internal("cannot create a CUDA event: " + Err(e));
@@ -146,12 +160,14 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
   }
 
   // Fixed scratch, allocated once: the GEMM workspace and the decode partials (bytes as i32).
-  const int64_t scratch_ints =
-      kGemmWorkspaceBytes / 4 + kDecodePartialFloats + kDecodeLseFloats + kDecodeCounters;
+  const int64_t scratch_ints = (kGemmWorkspaceBytes + kSideGemmWorkspaceBytes) / 4 +
+                               kDecodePartialFloats + kDecodeLseFloats + kDecodeCounters;
   ICECACHE_ASSIGN_OR_RETURN(decode_scratch_, Allocate(DType::kI32, {scratch_ints}));
   int32_t* base = decode_scratch_.data_as<int32_t>();
   ICECACHE_ASSIGN_OR_RETURN(gemm_, GemmRunner::Create(base, kGemmWorkspaceBytes));
   base += kGemmWorkspaceBytes / 4;
+  ICECACHE_ASSIGN_OR_RETURN(side_gemm_, GemmRunner::Create(base, kSideGemmWorkspaceBytes));
+  base += kSideGemmWorkspaceBytes / 4;
   decode_ws_.partial_o = reinterpret_cast<float*>(base);
   decode_ws_.o_capacity = kDecodePartialFloats;
   base += kDecodePartialFloats;
@@ -234,6 +250,7 @@ Result<Tensor> CudaBackend::AllocateStaging(DType dtype, std::span<const int64_t
 }
 
 void CudaBackend::CopyAfterCompute() {
+  ICECACHE_CHECK_MSG(!on_side_, "copies are not side work");
   CheckCuda(cudaEventRecord(compute_done_.get(), compute_.get()), "cudaEventRecord");
   CheckCuda(cudaStreamWaitEvent(copy_.get(), compute_done_.get(), 0), "cudaStreamWaitEvent");
 }
@@ -399,7 +416,28 @@ Status CudaBackend::TakeSampledTokens(std::span<int32_t> out) {
   return Status::Ok();
 }
 
+void CudaBackend::BeginSideWork() {
+  ICECACHE_CHECK_MSG(!on_side_, "side work does not nest");
+  CheckCuda(cudaEventRecord(side_start_.get(), compute_.get()), "cudaEventRecord (side)");
+  CheckCuda(cudaStreamWaitEvent(side_.get(), side_start_.get(), 0), "cudaStreamWaitEvent (side)");
+  on_side_ = true;
+}
+
+void CudaBackend::EndSideWork() {
+  ICECACHE_CHECK_MSG(on_side_, "EndSideWork without BeginSideWork");
+  CheckCuda(cudaEventRecord(side_done_.get(), side_.get()), "cudaEventRecord (side)");
+  on_side_ = false;
+  side_pending_ = true;
+}
+
+void CudaBackend::JoinSideWork() {
+  if (!side_pending_) return;
+  CheckCuda(cudaStreamWaitEvent(compute_.get(), side_done_.get(), 0), "cudaStreamWaitEvent (side)");
+  side_pending_ = false;
+}
+
 void CudaBackend::Synchronize() {
+  JoinSideWork();
   CheckCuda(cudaStreamSynchronize(compute_.get()), "cudaStreamSynchronize (compute)");
   CheckCuda(cudaStreamSynchronize(copy_.get()), "cudaStreamSynchronize (copy)");
 }

@@ -5,10 +5,11 @@
 //
 // Streams: kernels run on the compute stream; transfers between host and device run on the
 // copy stream, ordered after the compute work queued before them (the device buffer may still
-// be read) and before the compute work queued after them. A host-to-device copy returns once
-// the host buffer has been read, so callers may refill it at once. No call synchronizes the
-// host with the compute stream except Synchronize, device-to-host copies' callers (via
-// Synchronize) and SampleTokens.
+// be read) and before the compute work queued after them. Side work (Backend::BeginSideWork)
+// runs on a third stream of the highest priority, with its own GEMM workspace. A host-to-device
+// copy returns once the host buffer has been read, so callers may refill it at once. No call
+// synchronizes the host with the compute stream except Synchronize, device-to-host copies' callers
+// (via Synchronize) and SampleTokens.
 //
 // This header includes no CUDA headers: handles are forward-declared driver types.
 #pragma once
@@ -78,8 +79,12 @@ class CudaBackend final : public Backend {
                           int64_t src_pitch, int64_t dst_pitch) override;
   void RecordFence(int fence) override;
   void WaitFence(int fence) override;
+  void BeginSideWork() override;
+  void EndSideWork() override;
+  void JoinSideWork() override;
 
-  kernels::Stream stream() const { return compute_.get(); }
+  // Where operations queue: the compute stream, or the side stream during side work.
+  kernels::Stream stream() const { return on_side_ ? side_.get() : compute_.get(); }
   int num_sms() const { return num_sms_; }
   // Graphs captured so far and replays run (for tests and logs).
   int graphs_captured() const { return graphs_captured_; }
@@ -129,9 +134,11 @@ class CudaBackend final : public Backend {
   };
   std::shared_ptr<MemoryCount> memory_ = std::make_shared<MemoryCount>();
   int64_t memory_limit_ = 0;
-  StreamPtr compute_, copy_;
-  EventPtr compute_done_, copy_done_;
-  std::unique_ptr<GemmRunner> gemm_;
+  StreamPtr compute_, copy_, side_;
+  EventPtr compute_done_, copy_done_, side_start_, side_done_;
+  bool on_side_ = false;       // between BeginSideWork and EndSideWork
+  bool side_pending_ = false;  // side work queued and not joined yet
+  std::unique_ptr<GemmRunner> gemm_, side_gemm_;
   Tensor decode_scratch_;  // partial outputs, log-sum-exps and counters of decode attention
   kernels::DecodeWorkspace decode_ws_;
 

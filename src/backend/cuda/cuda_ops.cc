@@ -91,7 +91,8 @@ void CudaBackend::DoMatMul(const Tensor& x, const Tensor& w, const Tensor* bias,
     CheckCuda(kernels::LaunchGemv(stream(), x.data(), w.data(), b, y.data(), yt, n, m, k), "GEMV");
     return;
   }
-  const int st = gemm_->Run(stream(), x.data(), w.data(), y.data(), yt == ElemType::kF32, n, m, k);
+  const int st = (on_side_ ? side_gemm_ : gemm_)
+                     ->Run(stream(), x.data(), w.data(), y.data(), yt == ElemType::kF32, n, m, k);
   ICECACHE_CHECK_MSG(st == 0, ("cuBLASLt matmul failed with status " + std::to_string(st) +
                                " for n=" + std::to_string(n) + " m=" + std::to_string(m) +
                                " k=" + std::to_string(k))
@@ -316,6 +317,15 @@ void CudaBackend::DoMapPages(const PageMapArgs& args) {
   p.table = args.table.data_as<int32_t>();
   p.fetch = args.fetch.data_as<int32_t>();
   p.counters = reinterpret_cast<unsigned long long*>(args.counters.data());
+  if (!args.slot_used.empty()) {
+    OnDevice(args.slot_used);
+    p.slot_used = args.slot_used.data_as<int32_t>();
+  }
+  p.clock = args.clock;
+  if (!args.pending.empty()) {
+    OnDevice(args.pending);
+    p.pending = args.pending.data_as<const int32_t>();
+  }
   CheckCuda(kernels::LaunchMapPages(stream(), p), "MapPages");
 }
 

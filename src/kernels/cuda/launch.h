@@ -127,7 +127,11 @@ struct PageMapParams {
   int32_t* slot_len = nullptr;
   int32_t* table = nullptr;                // indptr | indices | lens
   int32_t* fetch = nullptr;                // [rows, 1 + 2 * capacity]
-  unsigned long long* counters = nullptr;  // hits, pages fetched, tokens listed
+  unsigned long long* counters = nullptr;  // hits, pages fetched, tokens listed, prefetched
+  // Prefetch mode (PageMapArgs): each row's page not to touch; nullptr: a normal map.
+  const int32_t* pending = nullptr;
+  int32_t* slot_used = nullptr;  // optional: the clock of each slot's last listing
+  int32_t clock = 0;
 };
 int LaunchMapPages(Stream s, const PageMapParams& p);
 

@@ -450,6 +450,8 @@ __global__ void __launch_bounds__(kMapThreads) AssignKernel(PageMapParams p) {
   const int64_t base = static_cast<int64_t>(p.first_group + row) * p.capacity;
   const int32_t* ids = p.sel_ids + static_cast<int64_t>(row) * p.stride;
   const int32_t* lens = p.sel_lens + static_cast<int64_t>(row) * p.stride;
+  const bool prefetch = p.pending != nullptr;
+  const int32_t skip = prefetch ? p.pending[row] : -1;  // prefetch: never kept nor copied
   for (int i = tid; i < p.capacity; i += blockDim.x) kept[i] = 0;
   if (tid == 0) {
     int begin = 0;
@@ -464,13 +466,13 @@ __global__ void __launch_bounds__(kMapThreads) AssignKernel(PageMapParams p) {
     const int32_t id = ids[i];
     int s = -1;
     stale[i] = 0;
-    if (id >= 0 && id < p.host_pages) {
+    if (id >= 0 && id < p.host_pages && id != skip) {
       const int32_t r = p.resident[id];
       if (r >= base && r < base + p.capacity && p.slot_page[r] == id) {
         s = r;
         kept[r - base] = 1;
         if (p.slot_len[r] == lens[i]) {
-          ++hits;
+          hits += prefetch ? 0 : 1;
         } else {
           stale[i] = 1;
         }
@@ -487,13 +489,20 @@ __global__ void __launch_bounds__(kMapThreads) AssignKernel(PageMapParams p) {
   if (tid < 32) {
     // Free slots (lowest first), then the copies: stale entries first, then missing ones
     // (each taking the next free slot), both in selection order.
+    // With slot_used, the slots the last normal map did not list come first.
     int count = 0;
-    for (int start = 0; start < p.capacity; start += 32) {
-      const int i = start + lane;
-      const bool f = i < p.capacity && !kept[i];
-      const unsigned mask = __ballot_sync(0xffffffffu, f);
-      if (f) free_slots[count + __popc(mask & ((1u << lane) - 1))] = i;
-      count += __popc(mask);
+    for (int recent = 0; recent < 2; ++recent) {
+      for (int start = 0; start < p.capacity; start += 32) {
+        const int i = start + lane;
+        bool f = i < p.capacity && !kept[i];
+        if (f) {
+          const bool r = p.slot_used != nullptr && p.slot_used[base + i] >= p.clock - 1;
+          f = r == (recent == 1);
+        }
+        const unsigned mask = __ballot_sync(0xffffffffu, f);
+        if (f) free_slots[count + __popc(mask & ((1u << lane) - 1))] = i;
+        count += __popc(mask);
+      }
     }
     int copies = 0;
     for (int start = 0; start < n; start += 32) {
@@ -510,7 +519,8 @@ __global__ void __launch_bounds__(kMapThreads) AssignKernel(PageMapParams p) {
     int missing = 0;
     for (int start = 0; start < n; start += 32) {
       const int i = start + lane;
-      const bool miss = i < n && slot_of[i] < 0 && ids[i] >= 0 && ids[i] < p.host_pages;
+      const bool miss =
+          i < n && slot_of[i] < 0 && ids[i] >= 0 && ids[i] < p.host_pages && ids[i] != skip;
       const unsigned mask = __ballot_sync(0xffffffffu, miss);
       const int k = missing + __popc(mask & ((1u << lane) - 1));
       if (miss && k < count) {
@@ -541,6 +551,15 @@ __global__ void __launch_bounds__(kMapThreads) AssignKernel(PageMapParams p) {
       p.resident[id] = s;
     }
   }
+  if (prefetch) {
+    for (int i = tid; i < n; i += blockDim.x) {
+      if (slot_of[i] >= 0) p.slot_len[slot_of[i]] = lens[i];
+    }
+    if (tid == 0 && copies > 0) {
+      atomicAdd(&p.counters[3], static_cast<unsigned long long>(copies));
+    }
+    return;
+  }
   // The table: indptr, then entries in selection order.
   int32_t* indptr = p.table;
   int32_t* indices = p.table + p.rows + 1;
@@ -550,7 +569,10 @@ __global__ void __launch_bounds__(kMapThreads) AssignKernel(PageMapParams p) {
     const int s = slot_of[i];
     indices[begin + i] = s;
     out_lens[begin + i] = lens[i];
-    if (s >= 0) p.slot_len[s] = lens[i];
+    if (s >= 0) {
+      p.slot_len[s] = lens[i];
+      if (p.slot_used != nullptr) p.slot_used[s] = p.clock;
+    }
   }
   if (tid == 0) {
     if (row == 0) indptr[0] = 0;
