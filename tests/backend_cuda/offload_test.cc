@@ -196,6 +196,37 @@ TEST_F(CudaOffload, SmallBudgetsAttendTheBudgetAndAgreeWithTheCpu) {
   }
 }
 
+// The prefetch runs on a side stream while the layer's MLP runs: the logits must not change
+// (a race on the working set or the selection scratch would show here), and pages must move
+// early. Budget 64 of 624 tokens, so that most pages are left out and the selection varies.
+TEST_F(CudaOffload, PrefetchOnTheSideStreamChangesNoLogit) {
+  const EngineOptions base{.context_size = 1024, .synthetic = "tiny"};
+  for (const char* policy : {"quest", "icecache"}) {
+    SCOPED_TRACE(policy);
+    EngineOptions o = base;
+    o.kv.policy = policy;
+    o.kv.budget = 64;
+    o.kv_prefetch = "off";
+    auto off = MakeEngine(o, "cuda", "on");
+    o.kv_prefetch = "on";
+    auto on = MakeEngine(o, "cuda", "on");
+    ASSERT_TRUE(off && on);
+    const ScoreRequest r = Request(on->info().vocab);
+    auto want = ScoreWith(*off, r, nullptr);
+    auto got = ScoreWith(*on, r, nullptr);
+    ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
+    EXPECT_TRUE(got->kv.device_select);
+    EXPECT_EQ(got->logprobs, want->logprobs);
+    EXPECT_EQ(want->kv.pages_prefetched, 0.0);
+    EXPECT_GT(got->kv.pages_prefetched, 0.0);
+    std::printf(
+        "[ %s ] prefetch off: %.1f pages fetched per step, hit rate %.3f; on: %.1f "
+        "fetched, %.1f prefetched, hit rate %.3f\n",
+        policy, want->kv.pages_fetched, want->kv.hit_rate, got->kv.pages_fetched,
+        got->kv.pages_prefetched, got->kv.hit_rate);
+  }
+}
+
 TEST_F(CudaOffload, SparsePoliciesNeedTheHostTier) {
   const EngineOptions base{.context_size = 1024, .synthetic = "tiny"};
   EngineOptions o = base;
