@@ -52,6 +52,7 @@ struct EngineOptions {
   std::string kv_prefetch = "auto";
   // Wait for the device between select, fetch and attend of device-side selection so that
   // KvStats splits each step's time (costs a few waits per layer; off, that time is "rest").
+  // The waits include kv_prefetch's side work, which then no longer overlaps the layers.
   bool kv_timing = false;
   // GPU: most bytes of device memory the engine may allocate (0: no cap), to emulate a smaller
   // GPU honestly: what does not fit fails as it would there (--device-mem-limit).
