@@ -26,8 +26,9 @@
 #       [--b-context 131072] [--mem-limit 24G] [--b-batches "1 2 3 4"]
 #       [--c-context 32768] [--budget 2048 (icecache in 5b)] [--c-budgets "256 1024 2048"]
 #       [--full-batches "8 16 24 32"]
-#       [--ice-batches "1 4 8 12"] [--bench-timeout SECONDS]
+#       [--ice-batches "1 4 8 12"] [--bench-timeout SECONDS] [--extra-flags "--kv-prefetch off"]
 # --device cpu with --shape tiny and short contexts checks the script itself on any machine.
+# --extra-flags adds options to every bench run (an engine setting to compare, say).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$ROOT/out/gpu-item5}
@@ -35,6 +36,7 @@ BUNDLE="" TESTS=1 REAL=1 DO_A=1 DO_B=1 DO_C=1 DEVICE=cuda SHAPE=llama-3.1-8b DEC
 CONTEXTS="32768 131072" BUDGETS="256 1024 2048" POLICIES="quest icecache lychee:centroid"
 REAL_CONTEXTS=8K,32K REAL_POLICIES="quest icecache lychee:centroid lychee" B_CONTEXT=131072 MEM_LIMIT=24G B_BATCHES="1 2 3 4" C_CONTEXT=32768
 BUDGET=2048 C_BUDGETS="256 1024 2048" FULL_BATCHES="8 16 24 32" ICE_BATCHES="1 4 8 12" TIMEOUT=300
+EXTRA=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) BUNDLE=$2; shift ;;
@@ -60,6 +62,7 @@ while [[ $# -gt 0 ]]; do
     --full-batches) FULL_BATCHES=$2; shift ;;
     --ice-batches) ICE_BATCHES=$2; shift ;;
     --bench-timeout) TIMEOUT=$2; shift ;;
+    --extra-flags) EXTRA=$2; shift ;;
     *) echo "unknown option $1"; exit 2 ;;
   esac
   shift
@@ -86,7 +89,11 @@ if [[ $TESTS == 1 && $DEVICE == cuda ]]; then
 fi
 
 source "$ROOT/tools/gpu/bench_run.sh"
-run() { bench_run "$OUT/item5.jsonl" "$1" "$2" --device "$DEVICE" --kv-stats --json "${@:3}"; }
+read -r -a EXTRA_ARGS <<<"$EXTRA"
+run() {
+  bench_run "$OUT/item5.jsonl" "$1" "$2" --device "$DEVICE" --kv-stats --json "${@:3}" \
+    "${EXTRA_ARGS[@]}"
+}
 
 # entries "quest icecache" -> quest@256,icecache@256,quest@1024,... over $BUDGETS
 entries() {
