@@ -487,9 +487,9 @@ __global__ void __launch_bounds__(kMapThreads) AssignKernel(PageMapParams p) {
   __syncthreads();
   int32_t* fetch = p.fetch + static_cast<int64_t>(row) * (1 + 2 * p.capacity);
   if (tid < 32) {
-    // Free slots (lowest first), then the copies: stale entries first, then missing ones
-    // (each taking the next free slot), both in selection order.
-    // With slot_used, the slots the last normal map did not list come first.
+    // Free slots (lowest first; with slot_used, those the last normal map did not list before
+    // those it did), then the copies: stale entries first, then missing ones (each taking the
+    // next free slot), both in selection order.
     int count = 0;
     for (int recent = 0; recent < 2; ++recent) {
       for (int start = 0; start < p.capacity; start += 32) {
