@@ -32,32 +32,35 @@ def main(path):
     top = max([r["context"] for r in rows if r["bench"].startswith("5a offloaded") and r["ok"]],
               default=0)
     out.append("### 5a: batch 1, offloaded against full attention on the device\n")
-    out.append("| context | configuration | ms/step | vs full | fetched per step | hit rate | "
-               "device KV + index (share of full KV) | fork + index s |")
-    out.append("|--:|:--|--:|--:|--:|--:|--:|--:|")
+    out.append("| context | configuration | ms/step | vs full | fetched per step | of it prefetched |"
+               " hit rate | device KV + index (share of full KV) | fork + index s |")
+    out.append("|--:|:--|--:|--:|--:|--:|--:|--:|--:|")
     targets = []
     for r in rows:
         if r["bench"].startswith("5a full"):
             if r["ok"]:
                 out.append(f"| {r['context']} | full, KV on the device | "
-                           f"{r['decode_ms_per_step']:.2f} | 1.00x | - | - | "
+                           f"{r['decode_ms_per_step']:.2f} | 1.00x | - | - | - | "
                            f"{mib(r['kv_bytes'])} | - |")
             else:
                 out.append(f"| {r['bench'].split()[-1]} | full | failed (exit {r['rc']}) |"
-                           " | | | | |")
+                           " | | | | | |")
             continue
         if not r["bench"].startswith("5a offloaded"):
             continue
         if not r["ok"]:
             out.append(f"| {r['bench'].split()[-1]} | offloaded policies | failed (exit {r['rc']})"
-                       " | | | | | |")
+                       " | | | | | | |")
             continue
         kv, ctx, ms = r["kv"], r["context"], r["decode_ms_per_step"]
         device = kv["working_set_bytes"] + kv["device_index_bytes"]
         share = device / kv["host_kv_bytes"] if kv["host_kv_bytes"] else 0
         ratio = full[ctx] / ms if ctx in full and ms > 0 else 0
+        fetched, prefetched = kv["pages_fetched"], kv.get("pages_prefetched", 0)
+        pages = fetched + prefetched
+        of_it = kv["bytes_fetched"] * prefetched / pages if pages > 0 else 0
         out.append(f"| {ctx} | {r['policy']} | {ms:.2f} | {ratio:.2f}x | "
-                   f"{mib(kv['bytes_fetched'])} | {100 * kv['hit_rate']:.1f}% | "
+                   f"{mib(kv['bytes_fetched'])} | {mib(of_it)} | {100 * kv['hit_rate']:.1f}% | "
                    f"{mib(device)} ({100 * share:.2f}%) | {r['fork_seconds']:.2f} |")
         if ctx == top and r.get("budget") == 2048:
             targets.append((r["policy"], ms, ratio, share))
