@@ -55,10 +55,19 @@ bool SparseAttention::NeedsHostQueries(int layer) const {
   return false;
 }
 
+namespace {
+
+// Whether `st` selects `layer`'s pages on the device (and so can prefetch them).
+bool SelectsOnDevice(const SequenceState& st, int layer) {
+  return st.device_select && st.sparse() && layer >= st.kv.dense_layers;
+}
+
+}  // namespace
+
 bool SparseAttention::WantsPrefetch(int layer) const {
   if (!prefetch_) return false;
   for (const SequenceState* st : states_) {
-    if (st->device_select && st->sparse() && layer >= st->kv.dense_layers) return true;
+    if (SelectsOnDevice(*st, layer)) return true;
   }
   return false;
 }
@@ -67,7 +76,7 @@ Status SparseAttention::Prefetch(int layer, const Tensor& q_estimate) {
   const int64_t width = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
   for (size_t i = 0; i < states_.size(); ++i) {
     SequenceState& st = *states_[i];
-    if (!st.device_select || !st.sparse() || layer < st.kv.dense_layers) continue;
+    if (!SelectsOnDevice(st, layer)) continue;
     const int64_t t = static_cast<int64_t>(i);
     st.device_select->Prefetch(layer, q_estimate.Slice(t, t + 1).Reshape({width}), *st.working_set);
   }
