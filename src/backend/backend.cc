@@ -1,6 +1,7 @@
 #include "backend/backend.h"
 
 #include "core/check.h"
+#include "kv/key_mean.h"
 
 namespace icecache {
 
@@ -95,11 +96,13 @@ void Backend::CopyPages(const KvPoolView& src, const KvPoolView& dst, const Tens
 
 void Backend::PageBounds(const PageBoundsArgs& args) {
   ICECACHE_CHECK(args.ids.dtype() == DType::kI32 && args.lens.dtype() == DType::kI32);
-  ICECACHE_CHECK(args.ids.numel() == args.lens.numel());
-  ICECACHE_CHECK(args.bounds.dtype() == args.pool.dtype);
-  ICECACHE_CHECK(args.bounds.ndim() == 3 && args.bounds.dim(0) == args.pool.num_pages);
-  ICECACHE_CHECK((args.bounds.dim(1) == 1 || args.bounds.dim(1) == 2) &&
-                 args.bounds.dim(2) == args.pool.head_dim);
+  ICECACHE_CHECK(args.ids.numel() == args.lens.numel() && args.rows.numel() == args.ids.numel());
+  ICECACHE_CHECK(args.rows.dtype() == DType::kI32);
+  ICECACHE_CHECK(args.bounds.ndim() == 3 && args.bounds.dim(2) == args.pool.head_dim);
+  ICECACHE_CHECK(args.bounds.dim(1) == 2
+                     ? args.bounds.dtype() == args.pool.dtype
+                     : args.bounds.dim(1) == 1 && args.bounds.dtype() == kMeanKeyDType &&
+                           MeanKeyFits(args.pool.head_dim));
   ICECACHE_CHECK(args.resident.empty() || (args.resident.numel() == args.pool.num_pages &&
                                            args.slot_page.numel() == args.slot_len.numel()));
   DoPageBounds(args);
@@ -114,7 +117,9 @@ void Backend::SelectPages(const PageSelectArgs& args) {
   ICECACHE_CHECK(SameShape(args.out_ids, args.out_lens) && args.out_count.numel() == rows);
   ICECACHE_CHECK(rows > 0 && args.n_heads % rows == 0);
   ICECACHE_CHECK(args.q.numel() % args.n_heads == 0);
+  ICECACHE_CHECK(SameShape(args.list_ids, args.list_rows) && args.list_rows.dtype() == DType::kI32);
   ICECACHE_CHECK(args.bounds.ndim() == 3 && (args.bounds.dim(1) == 1 || args.bounds.dim(1) == 2));
+  ICECACHE_CHECK(args.bounds.dim(1) == 2 || args.bounds.dtype() == kMeanKeyDType);
   ICECACHE_CHECK(args.q.numel() == args.n_heads * args.bounds.dim(2));
   DoSelectPages(args);
 }

@@ -56,16 +56,20 @@ struct SampleRowParams {
   uint64_t step = 0;  // draw counter: (seed, step) selects the random number of this row
 };
 
-// Arguments of Backend::PageBounds: the per-dimension minimum and maximum of each listed page's
-// keys (Quest's page bound), the summaries that device-side page selection ranks pages by.
-// Minimum and maximum of stored values are stored values, so the bounds are exact in the pool's
-// own element type.
+// Arguments of Backend::PageBounds: the summaries that device-side page selection ranks pages by,
+// one per listed page, written to the summary row the caller gives it (rows are the caller's to
+// hand out, so that the summaries take room only for the pages a sequence lists). Two kinds:
+// - min | max: the per-dimension minimum and maximum of the page's keys (Quest's page bound), in
+//   the pool's own element type; minimum and maximum of stored values are stored values, so the
+//   bounds are exact;
+// - the mean key (StoredKeyMean in kv/key_mean.h: KeyMean, then Q8_0; icecache and lychee).
 struct PageBoundsArgs {
   KvPoolView pool;  // the pages' pool (the host tier; mapped host memory on a GPU)
   Tensor ids;       // i32 [n]: pages to summarize
   Tensor lens;      // i32 [n]: keys of each (its first lens[i] rows; at least 1)
-  // [pool pages, rows, head_dim] of the pool's dtype, page `id` at [id]: rows 2 = min | max key
-  // per dimension (quest), rows 1 = the mean key (KeyMean in kv/key_mean.h; icecache).
+  Tensor rows;      // i32 [n]: the summary row of each (distinct rows)
+  // [summary rows, 2, head_dim] of the pool's dtype (min | max key per dimension), or
+  // [summary rows, 1, head_dim] of kMeanKeyDType (the mean key).
   Tensor bounds;
   // Optional (all empty: skipped): a sequence's residency map (PageMapArgs). A summarized page
   // that sits in one of its slots is marked stale there (slot_len -1: its contents changed), so
@@ -80,14 +84,16 @@ constexpr int kMaxSelectPicks = 2048;
 // candidate entries [sink_end, window_begin) are ranked by a score over the row's query heads
 // (GQA group g), best first, ties to the lower entry: with min/max bounds (2 rows per page) the
 // bound max_g sum_j max(q_gj min_j, q_gj max_j), with mean keys (1 row) max_g sum_j q_gj c_j
-// (CentroidScore), entries of no tokens -inf; the best min(pages_left, candidates) of them are
-// walked in rank order and each is taken if its tokens fit in what is left of tokens_left. The
-// output row lists entries [0, sink_end), the taken entries in rank order, then entries
-// [window_begin, count): the order of AssembleSelection over Quest's ranking.
+// over the key read back from Q8_0 (CentroidScore), entries of no tokens -inf; the best
+// min(pages_left, candidates) of them are walked in rank order and each is taken if its tokens
+// fit in what is left of tokens_left. The output row lists entries [0, sink_end), the taken
+// entries in rank order, then entries [window_begin, count): the order of AssembleSelection over
+// Quest's ranking.
 struct PageSelectArgs {
   Tensor q;          // [n_heads * head_dim] of the activation dtype: the token's query heads
   Tensor list_ids;   // i32 [rows, stride]: each row's candidate pages
   Tensor list_lens;  // i32 [rows, stride]: their token counts
+  Tensor list_rows;  // i32 [rows, stride]: their summary rows in `bounds`
   // i32 [rows, 5]: count, sink_end, window_begin, tokens_left, pages_left (<= kMaxSelectPicks).
   Tensor limits;
   Tensor bounds;     // PageBounds' output

@@ -3,11 +3,13 @@
 #include <algorithm>
 
 #include "index/regions.h"
+#include "kv/key_mean.h"
 
 namespace icecache {
 
-bool DeviceSelection::Supports(const KvConfig& config) {
+bool DeviceSelection::Supports(const KvConfig& config, int head_dim) {
   if (config.policy == "quest") return true;
+  if (!MeanKeyFits(head_dim)) return false;  // mean keys are stored in Q8_0 blocks
   if (config.policy == "lychee") return config.rank == "centroid";
   return config.policy == "icecache" && config.rank == "centroid" && !config.exact &&
          config.reuse_layers == 1;
@@ -15,12 +17,10 @@ bool DeviceSelection::Supports(const KvConfig& config) {
 
 Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
     Backend& backend, const KvConfig& config, const KvLayout& layout, int n_layers, int n_heads,
-    const PagePool& pool, Tensor bounds, const WorkingSet& ws) {
-  if (!Supports(config)) {
-    return Unsupported("KV policy '" + config.policy + "' cannot select in device memory");
-  }
-  if (bounds.ndim() != 3 || bounds.dim(1) != BoundRows(config)) {
-    return InvalidArgument("device selection: page summaries of the wrong shape");
+    const PagePool& pool, const WorkingSet& ws) {
+  if (!Supports(config, layout.head_dim)) {
+    return Unsupported("KV policy '" + config.policy + "' cannot select in device memory" +
+                       (MeanKeyFits(layout.head_dim) ? "" : " (head dim not a multiple of 32)"));
   }
   const SelectionLimits lim = LimitsFor(config);
   if (lim.max_pages > kMaxSelectPicks) {
@@ -36,7 +36,6 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
   d->heads_ = layout.n_kv_heads;
   d->n_heads_ = n_heads;
   d->capacity_ = ws.capacity();
-  d->bounds_ = std::move(bounds);
   const int64_t rows = static_cast<int64_t>(n_layers) * d->heads_;
   const int64_t out = lim.max_pages;
   ICECACHE_ASSIGN_OR_RETURN(d->limits_dev_, backend.Allocate(DType::kI32, {rows, 5}));
@@ -61,6 +60,7 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
   d->seen_stamp_.assign(rows, 0);
   d->planned_nodes_.assign(n_layers, 0);
   ICECACHE_RETURN_IF_ERROR(d->Grow(64));
+  ICECACHE_RETURN_IF_ERROR(d->GrowSummaries());
   d->ResetResidency();
   return d;
 }
@@ -79,30 +79,65 @@ void DeviceSelection::ResetResidency() {
 
 Status DeviceSelection::Grow(int64_t entries) {
   if (entries <= stride_) return Status::Ok();
+  // Grows by an eighth (whole 64-entry steps): the lists of a long context stay near their size.
   int64_t stride = std::max<int64_t>(64, stride_);
-  while (stride < entries) stride *= 2;
+  while (stride < entries) stride = (stride + stride / 8 + 63) / 64 * 64;
   const int64_t rows = static_cast<int64_t>(layers_) * heads_;
   const size_t size = static_cast<size_t>(rows * stride);
-  std::vector<int32_t> ids(size, -1), lens(size, 0);
+  std::vector<int32_t> ids(size, -1), lens(size, 0), summary_rows(size, -1);
   std::vector<uint64_t> vers(size, kNotSummarized);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t e = 0; e < synced_[r]; ++e) {
       ids[r * stride + e] = host_ids_[r * stride_ + e];
       lens[r * stride + e] = host_lens_[r * stride_ + e];
+      summary_rows[r * stride + e] = host_rows_[r * stride_ + e];
       vers[r * stride + e] = host_vers_[r * stride_ + e];
     }
   }
   host_ids_ = std::move(ids);
   host_lens_ = std::move(lens);
+  host_rows_ = std::move(summary_rows);
   host_vers_ = std::move(vers);
   stride_ = stride;
+  // The old arrays go first, so that the lists never take twice their room.
+  list_ids_ = list_lens_ = list_rows_ = scores_ = Tensor();
   ICECACHE_ASSIGN_OR_RETURN(list_ids_, backend_->Allocate(DType::kI32, {rows, stride}));
   ICECACHE_ASSIGN_OR_RETURN(list_lens_, backend_->Allocate(DType::kI32, {rows, stride}));
+  ICECACHE_ASSIGN_OR_RETURN(list_rows_, backend_->Allocate(DType::kI32, {rows, stride}));
   ICECACHE_ASSIGN_OR_RETURN(scores_, backend_->Allocate(DType::kF32, {heads_, stride}));
   ICECACHE_RETURN_IF_ERROR(
       backend_->Copy(Tensor(host_ids_.data(), DType::kI32, {rows, stride}), list_ids_));
   ICECACHE_RETURN_IF_ERROR(
       backend_->Copy(Tensor(host_lens_.data(), DType::kI32, {rows, stride}), list_lens_));
+  ICECACHE_RETURN_IF_ERROR(
+      backend_->Copy(Tensor(host_rows_.data(), DType::kI32, {rows, stride}), list_rows_));
+  return Status::Ok();
+}
+
+int32_t DeviceSelection::TakeRow() {
+  if (!free_rows_.empty()) {
+    const int32_t row = free_rows_.back();
+    free_rows_.pop_back();
+    return row;
+  }
+  return static_cast<int32_t>(rows_handed_out_++);
+}
+
+void DeviceSelection::GiveRow(int32_t row) {
+  if (row >= 0) free_rows_.push_back(row);
+}
+
+Status DeviceSelection::GrowSummaries() {
+  const int64_t have = bounds_.empty() ? 0 : bounds_.dim(0);
+  if (rows_handed_out_ <= have && have > 0) return Status::Ok();
+  // An eighth more than handed out (at least 64 rows), copied over on the backend.
+  const int64_t want = std::max<int64_t>(64, rows_handed_out_ + rows_handed_out_ / 8);
+  const int rows = BoundRows(config_);
+  const DType dtype = rows == 2 ? layout_.dtype : kMeanKeyDType;
+  ICECACHE_ASSIGN_OR_RETURN(Tensor grown,
+                            backend_->Allocate(dtype, {want, rows, layout_.head_dim}));
+  if (have > 0) ICECACHE_RETURN_IF_ERROR(backend_->Copy(bounds_, grown.Slice(0, have)));
+  bounds_ = std::move(grown);
   return Status::Ok();
 }
 
@@ -112,6 +147,9 @@ Status DeviceSelection::Prepare(const KvSequence& seq, int pending) {
     // Truncated: pages may have been freed and handed out again; start over.
     std::fill(synced_.begin(), synced_.end(), 0);
     std::fill(seen_stamp_.begin(), seen_stamp_.end(), 0);
+    std::fill(host_rows_.begin(), host_rows_.end(), -1);
+    free_rows_.clear();
+    rows_handed_out_ = 0;
     ResetResidency();
   }
   last_length_ = seq.length();
@@ -129,8 +167,10 @@ Status DeviceSelection::Prepare(const KvSequence& seq, int pending) {
   int64_t lo = most, hi = 0;
   std::vector<int32_t>& to_bound_ids = bound_stage_ids_;
   std::vector<int32_t>& to_bound_lens = bound_stage_lens_;
+  std::vector<int32_t>& to_bound_rows = bound_stage_rows_;
   to_bound_ids.clear();
   to_bound_lens.clear();
+  to_bound_rows.clear();
   int32_t* lim = limits_stage_.data_as<int32_t>();
   int32_t* pend = pending_stage_.data_as<int32_t>();
   const int64_t length = seq.length();
@@ -155,6 +195,9 @@ Status DeviceSelection::Prepare(const KvSequence& seq, int pending) {
       auto visit = [&](int32_t e) {
         const PageRef& p = pages[e];
         if (e >= synced_[r] || host_ids_[base + e] != p.id || host_lens_[base + e] != p.len) {
+          // Each entry owns a summary row while the list has it; whatever page the entry now
+          // holds is summarized into that row below.
+          if (e >= synced_[r]) host_rows_[base + e] = TakeRow();
           host_ids_[base + e] = p.id;
           host_lens_[base + e] = p.len;
           host_vers_[base + e] = kNotSummarized;
@@ -171,12 +214,17 @@ Status DeviceSelection::Prepare(const KvSequence& seq, int pending) {
           host_vers_[base + e] = ver;
           to_bound_ids.push_back(p.id);
           to_bound_lens.push_back(p.len);
+          to_bound_rows.push_back(host_rows_[base + e]);
         }
       };
       for (int32_t e : also) {
         if (e < from && e < count) visit(e);
       }
       for (int32_t e = from; e < count; ++e) visit(e);
+      for (int32_t e = count; e < synced_[r]; ++e) {  // entries the list no longer has
+        GiveRow(host_rows_[base + e]);
+        host_rows_[base + e] = -1;
+      }
       synced_[r] = count;
       pend[r] = pending > 0 && count > 0 ? pages[count - 1].id : -1;
       int32_t* row = lim + r * 5;
@@ -193,12 +241,15 @@ Status DeviceSelection::Prepare(const KvSequence& seq, int pending) {
       planned_nodes_[l] += reg.window_begin - reg.sink_end;
     }
   }
+  ICECACHE_RETURN_IF_ERROR(GrowSummaries());
   if (hi > lo) {
     const int64_t bytes = (hi - lo) * 4, pitch = stride_ * 4;
     ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(
         host_ids_.data() + lo, list_ids_.data_as<int32_t>() + lo, rows, bytes, pitch, pitch));
     ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(
         host_lens_.data() + lo, list_lens_.data_as<int32_t>() + lo, rows, bytes, pitch, pitch));
+    ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(
+        host_rows_.data() + lo, list_rows_.data_as<int32_t>() + lo, rows, bytes, pitch, pitch));
   }
   ICECACHE_RETURN_IF_ERROR(backend_->Copy(limits_stage_, limits_dev_));
   ICECACHE_RETURN_IF_ERROR(backend_->Copy(pending_stage_, pending_dev_));
@@ -208,15 +259,19 @@ Status DeviceSelection::Prepare(const KvSequence& seq, int pending) {
       const int64_t size = std::max<int64_t>(n, 4096);
       ICECACHE_ASSIGN_OR_RETURN(bound_ids_, backend_->Allocate(DType::kI32, {size}));
       ICECACHE_ASSIGN_OR_RETURN(bound_lens_, backend_->Allocate(DType::kI32, {size}));
+      ICECACHE_ASSIGN_OR_RETURN(bound_rows_, backend_->Allocate(DType::kI32, {size}));
     }
     ICECACHE_RETURN_IF_ERROR(
         backend_->Copy(Tensor(to_bound_ids.data(), DType::kI32, {n}), bound_ids_.Slice(0, n)));
     ICECACHE_RETURN_IF_ERROR(
         backend_->Copy(Tensor(to_bound_lens.data(), DType::kI32, {n}), bound_lens_.Slice(0, n)));
+    ICECACHE_RETURN_IF_ERROR(
+        backend_->Copy(Tensor(to_bound_rows.data(), DType::kI32, {n}), bound_rows_.Slice(0, n)));
     PageBoundsArgs b;
     b.pool = seq.pool().view();
     b.ids = bound_ids_.Slice(0, n);
     b.lens = bound_lens_.Slice(0, n);
+    b.rows = bound_rows_.Slice(0, n);
     b.bounds = bounds_;
     b.resident = resident_;
     b.slot_page = slot_page_;
@@ -232,6 +287,7 @@ void DeviceSelection::Select(int layer, const Tensor& q) {
   s.q = q;
   s.list_ids = list_ids_.Slice(first, first + heads_);
   s.list_lens = list_lens_.Slice(first, first + heads_);
+  s.list_rows = list_rows_.Slice(first, first + heads_);
   s.limits = limits_dev_.Slice(first, first + heads_);
   s.bounds = bounds_;
   s.scores = scores_;
@@ -295,9 +351,10 @@ Result<WorkingSetCounters> DeviceSelection::Counters(const KvLayout& layout) {
 
 int64_t DeviceSelection::device_bytes() const {
   int64_t b = 0;
-  for (const Tensor* t : {&list_ids_, &list_lens_, &limits_dev_, &scores_, &out_ids_, &out_lens_,
-                          &out_count_, &resident_, &slot_page_, &slot_len_, &slot_used_, &table_,
-                          &fetch_, &counters_, &bound_ids_, &bound_lens_, &pending_dev_}) {
+  for (const Tensor* t :
+       {&list_ids_, &list_lens_, &list_rows_, &limits_dev_, &scores_, &out_ids_, &out_lens_,
+        &out_count_, &resident_, &slot_page_, &slot_len_, &slot_used_, &table_, &fetch_, &counters_,
+        &bound_ids_, &bound_lens_, &bound_rows_, &pending_dev_}) {
     b += t->empty() ? 0 : t->numel() * 4;
   }
   return b;

@@ -1,8 +1,10 @@
 // Selection in the backend's memory, so that on a GPU a decode step selects, fetches and attends
 // without waiting for the host. Policies: quest (pages ranked by their min/max key bound), and
 // icecache or lychee with rank "centroid" (leaves, chunk pages and loose pages ranked by the
-// group's best q.c over their mean key); the page summaries (BoundRows per page) live in one
-// backend tensor for the pool.
+// group's best q.c over their mean key). The page summaries (BoundRows per page: min | max keys in
+// the KV dtype, or the mean key in Q8_0) live in this sequence's backend tensor, one summary row
+// per list entry, whatever page the entry holds: the tensor stays the size of the lists, not of
+// the pool (which reserves room for partly filled pages).
 //
 // The host keeps what it already owns: the page lists (KvSequence), the regions they imply and,
 // for icecache and lychee, the structure that arranges tokens into leaf or chunk pages. Once per
@@ -10,16 +12,17 @@
 // whose stamp is unchanged only gained tokens at its end, so only entries from its previous last
 // page on are compared; a list the index re-arranged (new stamp) is compared entry by entry (page
 // id, token count and page version). It uploads each list's limits (count, sink end, window begin,
-// tokens and pages left), and summarizes with Backend::PageBounds every page whose contents are new
-// to it (the growing tail page included), marking any resident copy of such a page stale. Per
-// layer, Select runs Backend::SelectPages on the layer's query row, then Backend::MapPages against
-// this sequence's residency map and the working set's slots; the page table it returns lives in
-// backend memory and feeds the multi-segment attention.
+// tokens and pages left) and the entries' summary rows, and summarizes with Backend::PageBounds
+// every page whose contents are new to it (the growing tail page included), marking any resident
+// copy of such a page stale. Per layer, Select runs Backend::SelectPages on the layer's query row,
+// then Backend::MapPages against this sequence's residency map and the working set's slots; the
+// page table it returns lives in backend memory and feeds the multi-segment attention.
 //
-// Requirements: a working set without token scratch and at most kMaxSelectPicks selectable pages
-// per step. For the same keys and queries the selection lists the pages of QuestIndex::Select
-// (quest) or of IceCacheIndex / LycheeIndex::Select with rank centroid (tests compare them), up
-// to float rounding of the score sums (the CPU backend's reference gives them bit for bit).
+// Requirements: a working set without token scratch, at most kMaxSelectPicks selectable pages per
+// step, and for mean keys a head dim that is a multiple of 32 (Q8_0 blocks). For the same keys
+// and queries the selection lists the pages of QuestIndex::Select (quest) or of IceCacheIndex /
+// LycheeIndex::Select with rank centroid (tests compare them), up to float rounding of the score
+// sums (the CPU backend's reference gives them bit for bit).
 #pragma once
 
 #include <cstdint>
@@ -35,21 +38,19 @@ namespace icecache {
 
 class DeviceSelection {
  public:
-  // Whether `config`'s policy can select in backend memory: quest, icecache with rank centroid
-  // (not exact, no layer reuse), or lychee with rank centroid.
-  static bool Supports(const KvConfig& config);
+  // Whether `config`'s policy can select in backend memory for keys of `head_dim`: quest,
+  // icecache with rank centroid (not exact, no layer reuse), or lychee with rank centroid.
+  static bool Supports(const KvConfig& config, int head_dim);
   // Whether the policy keeps its lists in position order (quest), so that a page's summary stays
   // valid once it left the window.
   static bool KeepsPositions(const KvConfig& config) { return config.policy == "quest"; }
   // Rows of the page summary: 2 (min | max key, quest) or 1 (mean key, icecache).
   static int BoundRows(const KvConfig& config) { return config.policy == "quest" ? 2 : 1; }
 
-  // `bounds` (PageBoundsArgs::bounds over the whole pool) is shared by the engine's sequences:
-  // every page belongs to one sequence, which summarizes it before selecting it.
   static Result<std::unique_ptr<DeviceSelection>> Create(Backend& backend, const KvConfig& config,
                                                          const KvLayout& layout, int n_layers,
                                                          int n_heads, const PagePool& pool,
-                                                         Tensor bounds, const WorkingSet& ws);
+                                                         const WorkingSet& ws);
 
   // Before a decode step whose token already has its page slots in `seq` but whose keys are not
   // written yet (`pending` 1), and after prefill chunks (`pending` 0: everything is written), so
@@ -71,15 +72,18 @@ class DeviceSelection {
   // Pages listed, hits, pages fetched and prefetched, and tokens listed so far (reads the device
   // counters; waits for the device).
   Result<WorkingSetCounters> Counters(const KvLayout& layout);
-  // Backend bytes of the lists, limits, residency map and scratch (the shared bounds excluded).
+  // Backend bytes of the lists, limits, residency map and scratch (the summaries excluded).
   int64_t device_bytes() const;
-  // Backend bytes of the page summaries it ranks by: one tensor for the engine's whole pool,
-  // shared by the sequences that select on the device.
+  // Backend bytes of the page summaries it ranks by (allocated rows, in use or not).
   int64_t bounds_bytes() const { return bounds_.nbytes(); }
 
  private:
   DeviceSelection() = default;
   Status Grow(int64_t entries);
+  // A free summary row (grows the bookkeeping; GrowSummaries makes the tensor that large).
+  int32_t TakeRow();
+  void GiveRow(int32_t row);
+  Status GrowSummaries();
   // MapPages' arguments for `layer` over the last selection (a normal map).
   PageMapArgs MapArgs(int layer, const WorkingSet& ws) const;
   void ResetResidency();
@@ -94,23 +98,27 @@ class DeviceSelection {
   int64_t last_length_ = -1;
   Tensor bounds_;
   // Device state.
-  Tensor list_ids_, list_lens_;  // [layers * heads, stride_]
-  Tensor limits_dev_;            // [layers * heads, 5]
-  Tensor pending_dev_;           // [layers * heads]: the page the step writes, or -1
-  Tensor scores_;                // [heads, stride_]
+  Tensor list_ids_, list_lens_, list_rows_;  // [layers * heads, stride_]
+  Tensor limits_dev_;                        // [layers * heads, 5]
+  Tensor pending_dev_;                       // [layers * heads]: the page the step writes, or -1
+  Tensor scores_;                            // [heads, stride_]
   Tensor out_ids_, out_lens_, out_count_;
   Tensor resident_, slot_page_, slot_len_, slot_used_, table_, fetch_, counters_;
   int32_t clock_ = 0;  // decode steps prepared (PageMapArgs::clock)
-  Tensor bound_ids_, bound_lens_;
+  Tensor bound_ids_, bound_lens_, bound_rows_;
   // Host side: mirrors of the uploaded lists ([layers * heads, stride_]: page id, token count,
   // page version when it was summarized or kNotSummarized) and per row the entries uploaded and
   // the list stamp seen last.
   static constexpr uint64_t kNotSummarized = ~uint64_t{0};
-  std::vector<int32_t> host_ids_, host_lens_;
+  std::vector<int32_t> host_ids_, host_lens_, host_rows_;
+  // Summary rows: [0, rows_handed_out_) were handed out, free_rows_ came back.
+  int64_t rows_handed_out_ = 0;
+  std::vector<int32_t> free_rows_;
   std::vector<uint64_t> host_vers_;
   std::vector<int32_t> synced_;
   std::vector<uint64_t> seen_stamp_;
-  std::vector<int32_t> bound_stage_ids_, bound_stage_lens_;  // pages to summarize this call
+  // Pages to summarize this call, their token counts and summary rows.
+  std::vector<int32_t> bound_stage_ids_, bound_stage_lens_, bound_stage_rows_;
   Tensor limits_stage_, pending_stage_, counters_host_;
   KvPoolView host_view_;
   std::vector<int64_t> planned_nodes_;

@@ -622,7 +622,7 @@ Result<bool> EngineImpl::SelectsOnDevice(const KvConfig& config) const {
   const std::string& where = options_.kv_select;
   KvConfig resolved = config;
   resolved.rank = ResolvedRank(config, true);
-  const bool supported = DeviceSelection::Supports(resolved) && !config.recall;
+  const bool supported = DeviceSelection::Supports(resolved, info_.head_dim) && !config.recall;
   if (where == "host" || (where == "auto" && (backend_->device() == Device::kCpu || !supported))) {
     return false;
   }
@@ -631,23 +631,17 @@ Result<bool> EngineImpl::SelectsOnDevice(const KvConfig& config) const {
         "--kv-select device: policy '" + config.policy + "' selects on the host" +
         (config.recall ? " (and --kv-recall measures there)" : "") +
         "; device selection serves quest, icecache (rank centroid, no --kv-exact, no "
-        "--kv-reuse-layers) and lychee with --kv-rank centroid");
+        "--kv-reuse-layers) and lychee with --kv-rank centroid, the last two for head dims that "
+        "are multiples of 32");
   }
   return true;
 }
 
 Status EngineImpl::StartDeviceSelection(SequenceState& state) {
-  const KvLayout& l = pool_->layout();
-  const int rows = DeviceSelection::BoundRows(state.kv);
-  Tensor& bounds = page_bounds_[rows - 1];
-  if (bounds.empty()) {
-    ICECACHE_ASSIGN_OR_RETURN(bounds,
-                              backend_->Allocate(l.dtype, {pool_->capacity(), rows, l.head_dim}));
-  }
   ICECACHE_ASSIGN_OR_RETURN(
       state.device_select,
       DeviceSelection::Create(*backend_, state.kv, pool_->layout(), info_.n_layers, info_.n_heads,
-                              *pool_, bounds, *state.working_set));
+                              *pool_, *state.working_set));
   return Status::Ok();
 }
 

@@ -100,10 +100,6 @@ class EngineImpl : public Engine {
   std::unique_ptr<SparseAttention> sparse_;
   // Dense attention when the KV is offloaded (null otherwise: the transformer's own).
   std::unique_ptr<StagedAttention> staged_;
-  // Page summaries of device-side selection for the whole pool, by rows per page
-  // (DeviceSelection::BoundRows: [0] mean keys of icecache, [1] min/max keys of quest), allocated
-  // with the first sequence that needs them.
-  Tensor page_bounds_[2];
   // Host threads the sequences' indexes maintain their lists with (one index at a time).
   std::unique_ptr<ThreadPool> index_workers_;
   ModelInfo info_;

@@ -26,8 +26,8 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
   s.working_set_bytes = working_set ? working_set->bytes() : 0;
   s.index_bytes = index ? index->MemoryBytes() : 0;
   s.device_select = device_select != nullptr;
-  // Its lists, residency and scratch, and the page summaries as allocated: a tensor for every
-  // page of the engine's pool (shared with the engine's other sequences), not only its pages.
+  // Its lists, residency and scratch, and its page summaries as allocated (a row per listed
+  // page, plus the rows of the last growth not yet used).
   s.device_index_bytes =
       device_select ? device_select->device_bytes() + device_select->bounds_bytes() : 0;
   s.prompt_index_seconds = prompt_index_s;

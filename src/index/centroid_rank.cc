@@ -16,7 +16,13 @@ const float* CentroidRanker::MeanKey(const KvSequence& seq, KeyReader& reader,
     const int d = seq.layout().head_dim;
     m.version = version;
     m.mean.resize(d);
-    KeyMean(reader.Keys(page.id, page.len), page.len, d, seq.layout().dtype, m.mean.data());
+    const float* keys = reader.Keys(page.id, page.len);
+    if (MeanKeyFits(d)) {
+      q8_.resize(static_cast<size_t>(RowBytes(kMeanKeyDType, d)));
+      StoredKeyMean(keys, page.len, d, seq.layout().dtype, q8_.data(), m.mean.data());
+    } else {  // head dims device memory cannot store (no device selection): the exact mean
+      KeyMean(keys, page.len, d, seq.layout().dtype, m.mean.data());
+    }
   }
   return m.mean.data();
 }
@@ -55,8 +61,8 @@ void CentroidRanker::Select(const KvSequence& seq, int layer, int head, const Li
 }
 
 int64_t CentroidRanker::MemoryBytes() const {
-  int64_t b =
-      static_cast<int64_t>(scores_.capacity()) * 4 + static_cast<int64_t>(order_.capacity()) * 4;
+  int64_t b = static_cast<int64_t>(scores_.capacity()) * 4 +
+              static_cast<int64_t>(order_.capacity()) * 4 + static_cast<int64_t>(q8_.capacity());
   for (const auto& [id, m] : means_) b += static_cast<int64_t>(m.mean.capacity()) * 4 + 16;
   return b;
 }

@@ -2,7 +2,8 @@
 // memory, shared by the icecache and lychee indexes on the host.
 //
 // Every page between the sink and the window is scored by CentroidScore over its mean key
-// (kv/key_mean.h: rounded to the KV dtype, cached per page version); empty pages score -inf. The
+// (kv/key_mean.h: rounded to the KV dtype and read back from Q8_0, as device memory stores it;
+// cached per page version); empty pages score -inf. The
 // best min(pages left, kMaxSelectPicks) of them, by (score descending, list index ascending), are
 // walked in that order and each is taken if its tokens fit what is left of the budget. The
 // selection is the sink pages, those pages in walk order, then the window pages: exactly what
@@ -38,6 +39,7 @@ class CentroidRanker {
   std::unordered_map<int32_t, CachedMean> means_;  // page id -> mean key
   std::vector<float> scores_;
   std::vector<int32_t> order_;
+  std::vector<uint8_t> q8_;  // a mean key in Q8_0 (scratch)
 };
 
 }  // namespace icecache

@@ -1,8 +1,11 @@
 // The device-side selection kernels (PageBounds, SelectPages, MapPages) against the CPU
-// reference ops on the same bf16 data, with min/max bounds (quest) and mean keys (icecache).
-// Keys and queries are multiples of 1/4 in [-2, 2] and mean keys average 1, 2, 4, 8 or 16 keys,
-// so every bound, mean and score is exact in f32 (and bf16) whatever the summation order: scores
-// tie often and the tie-breaking (lower entry first) is checked too. Then, through the engine on
+// reference ops on the same bf16 data, with min/max bounds (quest) and Q8_0 mean keys (icecache),
+// written to summary rows that are a permutation of the page ids. Keys and queries are multiples
+// of 1/4 in [-2, 2] and mean keys average 1, 2, 4, 8 or 16 keys, so every bound and mean is
+// exact in f32 (and bf16), and both backends quantize the means to the same bytes. Min/max scores
+// are exact whatever the summation order; against Q8_0 means, queries have one nonzero dimension
+// per head, so those scores are single products, exact in any order too. Scores tie often and
+// the tie-breaking (lower entry first) is checked too. Then, through the engine on
 // the GPU, quest and icecache selecting on the device against selecting on the host.
 #include <gtest/gtest.h>
 
@@ -14,6 +17,7 @@
 
 #include "cuda_test_util.h"
 #include "icecache/engine.h"
+#include "kv/key_mean.h"
 
 namespace icecache {
 namespace {
@@ -62,6 +66,55 @@ Pool MakePool(Backend& gpu, int64_t pages, std::mt19937* rng, bool fill) {
   return p;
 }
 
+// Summary rows: a permutation of the page ids, so that the kernels must read rows, not ids.
+std::vector<int32_t> RowsOf(const std::vector<int32_t>& ids) {
+  std::vector<int32_t> rows(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) rows[i] = ids[i] < 0 ? -1 : (ids[i] * 7 + 3) % kHostPages;
+  return rows;
+}
+
+// Page summaries for every summary row, on both backends (`host` backs `cpu`).
+struct Summaries {
+  std::vector<uint8_t> host;
+  Tensor cpu, gpu;
+};
+
+// Summarizes pages `ids` of `pool` on both backends and checks that the bytes agree.
+Summaries Summarize(Backend& cpu, Backend& gpu, Pool& pool, const std::vector<int32_t>& ids,
+                    const std::vector<int32_t>& lens, int bound_rows) {
+  const DType t = bound_rows == 2 ? DType::kBF16 : kMeanKeyDType;
+  Summaries s;
+  s.host.assign(static_cast<size_t>(kHostPages * RowBytes(t, int64_t{bound_rows} * kDim)), 0);
+  s.cpu = Tensor(s.host.data(), t, {kHostPages, bound_rows, kDim});
+  s.gpu = gpu.Allocate(t, {kHostPages, bound_rows, kDim}).value();
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const std::vector<int32_t> rows = RowsOf(ids);
+  cpu.PageBounds({pool.View(false, kHostPages), testing::I32Tensor(ids, {n}),
+                  testing::I32Tensor(lens, {n}), testing::I32Tensor(rows, {n}), s.cpu});
+  gpu.PageBounds({pool.View(true, kHostPages), I32ToDevice(gpu, ids, {n}),
+                  I32ToDevice(gpu, lens, {n}), I32ToDevice(gpu, rows, {n}), s.gpu});
+  std::vector<uint8_t> back(s.host.size());
+  EXPECT_TRUE(gpu.Copy(s.gpu, Tensor(back.data(), t, {kHostPages, bound_rows, kDim})).ok());
+  gpu.Synchronize();
+  EXPECT_EQ(back, s.host);
+  return s;
+}
+
+// Query heads: multiples of 1/4 (min/max bounds), or one dimension of +-1/2 or +-1 per head
+// (mean keys).
+std::vector<uint16_t> Queries(std::mt19937& rng, int heads, int bound_rows) {
+  std::vector<uint16_t> q(static_cast<size_t>(heads) * kDim, F32ToBf16(0.0f));
+  for (int h = 0; h < heads; ++h) {
+    if (bound_rows == 2) {
+      for (int j = 0; j < kDim; ++j) q[h * kDim + j] = F32ToBf16(Quarter(rng));
+    } else {
+      const float v[4] = {-1.0f, -0.5f, 0.5f, 1.0f};
+      q[h * kDim + rng() % kDim] = F32ToBf16(v[rng() % 4]);
+    }
+  }
+  return q;
+}
+
 std::vector<uint16_t> ToHostU16(Backend& b, const Tensor& t) {
   std::vector<uint16_t> out(static_cast<size_t>(t.numel()));
   EXPECT_TRUE(b.Copy(t, Tensor(out.data(), DType::kBF16, {t.numel()})).ok());
@@ -73,7 +126,7 @@ std::vector<uint16_t> ToHostU16(Backend& b, const Tensor& t) {
 // (`cpu`, outputs in the host vectors) and on the GPU (`gpu`, outputs in device memory).
 struct SelectOnBoth {
   std::vector<float> c_scores;
-  std::vector<int32_t> c_ids, c_lens, c_count;
+  std::vector<int32_t> list_rows, c_ids, c_lens, c_count;
   PageSelectArgs cpu, gpu;
 };
 
@@ -86,10 +139,12 @@ void SelectPagesOnBoth(Backend& cpu, Backend& gpu, std::vector<uint16_t>& q,
   out->c_ids.assign(rows * out_stride, 0);
   out->c_lens.assign(rows * out_stride, 0);
   out->c_count.assign(rows, 0);
+  out->list_rows = RowsOf(list_ids);
   PageSelectArgs& s = out->cpu;
   s.q = Tensor(q.data(), DType::kBF16, {static_cast<int64_t>(q.size())});
   s.list_ids = Tensor(list_ids.data(), DType::kI32, {rows, stride});
   s.list_lens = Tensor(list_lens.data(), DType::kI32, {rows, stride});
+  s.list_rows = Tensor(out->list_rows.data(), DType::kI32, {rows, stride});
   s.limits = Tensor(limits.data(), DType::kI32, {rows, 5});
   s.bounds = cpu_bounds;
   s.scores = Tensor(out->c_scores.data(), DType::kF32, {rows, stride});
@@ -104,6 +159,7 @@ void SelectPagesOnBoth(Backend& cpu, Backend& gpu, std::vector<uint16_t>& q,
   ASSERT_TRUE(gpu.Copy(s.q, g.q).ok());
   g.list_ids = I32ToDevice(gpu, list_ids, {rows, stride});
   g.list_lens = I32ToDevice(gpu, list_lens, {rows, stride});
+  g.list_rows = I32ToDevice(gpu, out->list_rows, {rows, stride});
   g.limits = I32ToDevice(gpu, limits, {rows, 5});
   g.bounds = gpu_bounds;
   g.scores = gpu.Allocate(DType::kF32, {rows, stride}).value();
@@ -126,15 +182,8 @@ void CheckKernels(int bound_rows) {
   for (int32_t& l : lens) {
     l = bound_rows == 2 ? 1 + static_cast<int>(rng() % kPage) : 1 << (rng() % 5);
   }
-  const int64_t bound_elems = int64_t{kHostPages} * bound_rows * kDim;
-  std::vector<uint16_t> cpu_bounds(bound_elems);
-  Tensor cb(cpu_bounds.data(), DType::kBF16, {kHostPages, bound_rows, kDim});
-  Tensor gb = gpu->Allocate(DType::kBF16, {kHostPages, bound_rows, kDim}).value();
-  cpu->PageBounds({host.View(false, kHostPages), testing::I32Tensor(ids, {kHostPages}),
-                   testing::I32Tensor(lens, {kHostPages}), cb});
-  gpu->PageBounds({host.View(true, kHostPages), I32ToDevice(*gpu, ids, {kHostPages}),
-                   I32ToDevice(*gpu, lens, {kHostPages}), gb});
-  EXPECT_EQ(ToHostU16(*gpu, gb), cpu_bounds);
+  Summaries sums = Summarize(*cpu, *gpu, host, ids, lens, bound_rows);
+  const Tensor &cb = sums.cpu, &gb = sums.gpu;
 
   // Rows of 8 KV heads, group 4; lists are random distinct pages (full, one partial each).
   const int rows = 8, group = 4, stride = 512, out_stride = 160, cap = 200, groups = 3;
@@ -178,10 +227,7 @@ void CheckKernels(int bound_rows) {
                                      std::min(pages_left, out_stride - sink - window)});
       }
     }
-    std::vector<float> qf(rows * group * kDim);
-    for (float& x : qf) x = Quarter(rng);
-    std::vector<uint16_t> q(qf.size());
-    for (size_t i = 0; i < q.size(); ++i) q[i] = F32ToBf16(qf[i]);
+    std::vector<uint16_t> q = Queries(rng, rows * group, bound_rows);
 
     SelectOnBoth both;
     ASSERT_NO_FATAL_FAILURE(SelectPagesOnBoth(*cpu, *gpu, q, list_ids, list_lens, limits, cb, gb,
@@ -270,16 +316,18 @@ void CheckKernels(int bound_rows) {
   // Summarizing pages with a residency map marks their resident copies stale, on both.
   std::vector<int32_t> again(ids.begin(), ids.begin() + kHostPages / 2);
   const int64_t half = kHostPages / 2;
+  const std::vector<int32_t> again_rows = RowsOf(again);
   cpu->PageBounds(
       {host.View(false, kHostPages), testing::I32Tensor(again, {half}),
-       testing::I32Tensor(std::vector<int32_t>(lens.begin(), lens.begin() + half), {half}), cb,
+       testing::I32Tensor(std::vector<int32_t>(lens.begin(), lens.begin() + half), {half}),
+       testing::I32Tensor(again_rows, {half}), cb,
        Tensor(resident.data(), DType::kI32, {kHostPages}),
        Tensor(slot_page.data(), DType::kI32, {groups * cap}),
        Tensor(slot_len.data(), DType::kI32, {groups * cap})});
   gpu->PageBounds(
       {host.View(true, kHostPages), I32ToDevice(*gpu, again, {half}),
-       I32ToDevice(*gpu, std::vector<int32_t>(lens.begin(), lens.begin() + half), {half}), gb,
-       g_resident, g_slot_page, g_slot_len});
+       I32ToDevice(*gpu, std::vector<int32_t>(lens.begin(), lens.begin() + half), {half}),
+       I32ToDevice(*gpu, again_rows, {half}), gb, g_resident, g_slot_page, g_slot_len});
   EXPECT_EQ(I32ToHost(*gpu, g_slot_len), slot_len);
   EXPECT_GT(std::count(slot_len.begin(), slot_len.end(), -1), 0);
   const int64_t* c = reinterpret_cast<const int64_t*>(c_counters);
@@ -354,13 +402,8 @@ TEST(CudaPageSelect, LongRowsRankAsTheCpu) {
   Pool host = MakePool(*gpu, kHostPages, &rng, true);
   std::vector<int32_t> ids(kHostPages), lens(kHostPages, kPage);
   std::iota(ids.begin(), ids.end(), 0);
-  std::vector<uint16_t> cpu_bounds(int64_t{kHostPages} * kDim);
-  Tensor cb(cpu_bounds.data(), DType::kBF16, {kHostPages, 1, kDim});
-  Tensor gb = gpu->Allocate(DType::kBF16, {kHostPages, 1, kDim}).value();
-  cpu->PageBounds({host.View(false, kHostPages), testing::I32Tensor(ids, {kHostPages}),
-                   testing::I32Tensor(lens, {kHostPages}), cb});
-  gpu->PageBounds({host.View(true, kHostPages), I32ToDevice(*gpu, ids, {kHostPages}),
-                   I32ToDevice(*gpu, lens, {kHostPages}), gb});
+  Summaries sums = Summarize(*cpu, *gpu, host, ids, lens, 1);
+  const Tensor &cb = sums.cpu, &gb = sums.gpu;
   const int rows = 2, group = 4, stride = 12000, out_stride = 300;
   const int counts[rows] = {11000, 8190};
   std::vector<int32_t> list_ids(rows * stride, -1), list_lens(rows * stride, 0), limits;
@@ -371,8 +414,7 @@ TEST(CudaPageSelect, LongRowsRankAsTheCpu) {
     }
     limits.insert(limits.end(), {counts[r], 1, counts[r] - 4, 250 * kPage, 250});
   }
-  std::vector<uint16_t> q(rows * group * kDim);
-  for (uint16_t& x : q) x = F32ToBf16(Quarter(rng));
+  std::vector<uint16_t> q = Queries(rng, rows * group, 1);
   SelectOnBoth both;
   ASSERT_NO_FATAL_FAILURE(SelectPagesOnBoth(*cpu, *gpu, q, list_ids, list_lens, limits, cb, gb,
                                             rows, group, stride, out_stride, &both));

@@ -11,6 +11,8 @@
 // - MapPages keeps the working set's slots equal to the selected host pages over random steps,
 //   counts a repeated selection as all hits, and evicts only unselected pages; its prefetch mode
 //   places pages without a table and leaves the pending page alone;
+// - PageBounds writes mean keys in Q8_0 to the summary rows its caller names, and SelectPages
+//   reads each entry's summary through its row;
 // - prefetching from early query estimates changes no logit;
 // - unsupported combinations are clear errors.
 #include <gtest/gtest.h>
@@ -23,6 +25,7 @@
 #include "engine/engine_impl.h"
 #include "index/policy.h"
 #include "index/regions.h"
+#include "kv/key_mean.h"
 #include "testing/paths.h"
 #include "testing/tiny_model.h"
 
@@ -84,12 +87,14 @@ TEST_F(DeviceSelectionTest, QuestOnTheDeviceEqualsQuestOnTheHostBitForBit) {
     ExpectSameLogits(*got, *want);
     EXPECT_FALSE(want->kv.device_select);
     EXPECT_TRUE(got->kv.device_select);
-    // The page bounds count as allocated: min | max rows for every page the pool can hold (at
-    // least the engine's 1024-token context), not only the ~27 pages per list this prompt uses.
+    // The page summaries take a row per listed page (min | max keys, f32 on the CPU), counted as
+    // allocated: at least the 53 pages per list of these 424 tokens, and less than a row for each
+    // of the 128 pages per list that the pool holds for the engine's 1024-token context.
     const ModelInfo& info = (*device)->info();
-    const int64_t pool_pages_at_least = int64_t{1024} / 16 * info.n_layers * info.n_kv_heads;
-    EXPECT_GE(got->kv.device_index_bytes,
-              pool_pages_at_least * 2 * info.head_dim * static_cast<int64_t>(sizeof(float)));
+    const int64_t lists = int64_t{info.n_layers} * info.n_kv_heads;
+    const int64_t row_bytes = 2 * info.head_dim * static_cast<int64_t>(sizeof(float));
+    EXPECT_GE(got->kv.device_index_bytes, 424 / 8 * lists * row_bytes);
+    EXPECT_LT(got->kv.device_index_bytes, 1024 / 8 * lists * row_bytes);
     // Every selectable page is full here, so the planned count is what was attended.
     EXPECT_DOUBLE_EQ(got->kv.tokens_attended, want->kv.tokens_attended);
     EXPECT_DOUBLE_EQ(got->kv.nodes_visited, want->kv.nodes_visited);
@@ -276,9 +281,11 @@ TEST_F(DeviceSelectionTest, SelectPagesListsQuestIndexPages) {
     }
     const int64_t pages = seq.pool().capacity();
     Tensor bounds = Tensor::Host(layout.dtype, {pages, 2, d}).value();
-    PageBoundsArgs b{seq.pool().view(),
-                     Tensor(ids.data(), DType::kI32, {static_cast<int64_t>(ids.size())}),
-                     Tensor(lens.data(), DType::kI32, {static_cast<int64_t>(lens.size())}), bounds};
+    // Summary row = page id here (the engine hands out compact rows; the ops take any).
+    const Tensor id_tensor(ids.data(), DType::kI32, {static_cast<int64_t>(ids.size())});
+    PageBoundsArgs b{seq.pool().view(), id_tensor,
+                     Tensor(lens.data(), DType::kI32, {static_cast<int64_t>(lens.size())}),
+                     id_tensor, bounds};
     backend->PageBounds(b);
     std::mt19937 rng(budget);
     std::normal_distribution<float> normal;
@@ -308,6 +315,7 @@ TEST_F(DeviceSelectionTest, SelectPagesListsQuestIndexPages) {
       s.q = Tensor(q.data(), DType::kF32, {static_cast<int64_t>(q.size())});
       s.list_ids = Tensor(list_ids.data(), DType::kI32, {kvh, stride});
       s.list_lens = Tensor(list_lens.data(), DType::kI32, {kvh, stride});
+      s.list_rows = s.list_ids;
       s.limits = Tensor(limits.data(), DType::kI32, {kvh, 5});
       s.bounds = bounds;
       s.scores = scores;
@@ -325,6 +333,64 @@ TEST_F(DeviceSelectionTest, SelectPagesListsQuestIndexPages) {
         }
       }
     }
+  }
+}
+
+// Mean keys go to the summary row the caller names, in Q8_0 (StoredKeyMean's bytes), and
+// SelectPages finds each entry's summary through its list row, not its page id.
+TEST(PageBoundsTest, MeanKeysAreStoredInQ8_0AtTheCallersRows) {
+  auto backend = MakeCpuBackend({.threads = 1});
+  const int page = 4, dim = 64, host_pages = 8;
+  std::vector<float> hk(size_t{host_pages} * page * dim), hv(hk.size());
+  std::vector<int32_t> hpos(size_t{host_pages} * page, 0);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  for (float& x : hk) x = normal(rng);
+  const KvPoolView host{hk.data(), hv.data(), hpos.data(), DType::kF32, host_pages, page, dim};
+  const int64_t row_bytes = RowBytes(kMeanKeyDType, dim);
+  std::vector<uint8_t> bounds(3 * row_bytes, 0);
+  std::vector<int32_t> ids = {5, 2}, lens = {4, 3}, rows = {1, 0};
+  backend->PageBounds({host, Tensor(ids.data(), DType::kI32, {2}),
+                       Tensor(lens.data(), DType::kI32, {2}), Tensor(rows.data(), DType::kI32, {2}),
+                       Tensor(bounds.data(), kMeanKeyDType, {3, 1, dim})});
+  std::vector<float> means[2];
+  for (int i = 0; i < 2; ++i) {
+    std::vector<uint8_t> want(row_bytes);
+    means[i].resize(dim);
+    StoredKeyMean(&hk[static_cast<size_t>(ids[i]) * page * dim], lens[i], dim, DType::kF32,
+                  want.data(), means[i].data());
+    EXPECT_EQ(0, std::memcmp(&bounds[rows[i] * row_bytes], want.data(), row_bytes)) << i;
+  }
+  EXPECT_EQ(std::vector<uint8_t>(row_bytes, 0),
+            std::vector<uint8_t>(bounds.begin() + 2 * row_bytes, bounds.end()))
+      << "row 2 untouched";
+
+  // One KV head, one query head, one page to pick between the two.
+  std::vector<float> q(dim);
+  for (int trial = 0; trial < 8; ++trial) {
+    for (float& x : q) x = normal(rng);
+    std::vector<int32_t> limits = {2, 0, 2, 8, 1};
+    std::vector<float> scores(2);
+    std::vector<int32_t> out_ids(2, -1), out_lens(2), out_count(1);
+    PageSelectArgs s;
+    s.q = Tensor(q.data(), DType::kF32, {dim});
+    s.list_ids = Tensor(ids.data(), DType::kI32, {1, 2});
+    s.list_lens = Tensor(lens.data(), DType::kI32, {1, 2});
+    s.list_rows = Tensor(rows.data(), DType::kI32, {1, 2});
+    s.limits = Tensor(limits.data(), DType::kI32, {1, 5});
+    s.bounds = Tensor(bounds.data(), kMeanKeyDType, {3, 1, dim});
+    s.scores = Tensor(scores.data(), DType::kF32, {1, 2});
+    s.out_ids = Tensor(out_ids.data(), DType::kI32, {1, 2});
+    s.out_lens = Tensor(out_lens.data(), DType::kI32, {1, 2});
+    s.out_count = Tensor(out_count.data(), DType::kI32, {1});
+    s.n_heads = 1;
+    backend->SelectPages(s);
+    const float s0 = CentroidScore(q.data(), 1, dim, means[0].data());
+    const float s1 = CentroidScore(q.data(), 1, dim, means[1].data());
+    EXPECT_EQ(scores[0], s0);
+    EXPECT_EQ(scores[1], s1);
+    ASSERT_EQ(out_count[0], 1);
+    EXPECT_EQ(out_ids[0], s0 >= s1 ? 5 : 2) << trial;
   }
 }
 
@@ -409,22 +475,24 @@ TEST(MapPagesTest, SlotsHoldTheSelectedPagesAndRepeatsAreHits) {
     // map marks its copy stale, so the next map copies it again instead of counting a hit.
     const int32_t changed = sel_ids[0];
     for (int64_t e = 0; e < page_elems; ++e) hk[changed * page_elems + e] += 1000.0f;
-    std::vector<float> means(static_cast<size_t>(host_pages) * dim);
-    int32_t id_arg = changed, len_arg = sel_lens[0];
+    // Its min | max bounds go to summary row 2 of 3: the rows are the caller's, not page ids.
+    std::vector<float> bounds(size_t{3} * 2 * dim, -1.0f);
+    int32_t id_arg = changed, len_arg = sel_lens[0], row_arg = 2;
     PageBoundsArgs b{host,
                      Tensor(&id_arg, DType::kI32, {1}),
                      Tensor(&len_arg, DType::kI32, {1}),
-                     Tensor(means.data(), DType::kF32, {host_pages, 1, dim}),
+                     Tensor(&row_arg, DType::kI32, {1}),
+                     Tensor(bounds.data(), DType::kF32, {3, 2, dim}),
                      Tensor(resident.data(), DType::kI32, {host_pages}),
                      Tensor(slot_page.data(), DType::kI32, {slot_pages}),
                      Tensor(slot_len.data(), DType::kI32, {slot_pages})};
     backend->PageBounds(b);
     EXPECT_EQ(slot_len[resident[changed]], -1);
-    // The mean key of its first len rows.
+    // Keys grow with their index: the first row is the minimum, row len - 1 the maximum.
     for (int j = 0; j < dim; ++j) {
-      float sum = 0;
-      for (int t = 0; t < len_arg; ++t) sum += hk[changed * page_elems + t * dim + j];
-      EXPECT_EQ(means[changed * dim + j], sum / static_cast<float>(len_arg));
+      EXPECT_EQ(bounds[4 * dim + j], hk[changed * page_elems + j]);
+      EXPECT_EQ(bounds[5 * dim + j], hk[changed * page_elems + (len_arg - 1) * dim + j]);
+      EXPECT_EQ(bounds[j], -1.0f) << "row 0 untouched";
     }
     const int64_t fetched = c[1];
     map();

@@ -8,6 +8,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
 #include "core/half.h"
+#include "core/quant.h"
 #include "kv/key_mean.h"
 
 namespace icecache::cpu {
@@ -30,15 +31,6 @@ float LoadElem(const void* base, DType t, int64_t i) {
 
 int64_t ElemBytes(DType t) { return t == DType::kF32 ? 4 : 2; }
 
-// Writes `v` (already representable in `t`) as element i of `base`.
-void StoreElem(void* base, DType t, int64_t i, float v) {
-  if (t == DType::kF32) {
-    static_cast<float*>(base)[i] = v;
-  } else {
-    static_cast<uint16_t*>(base)[i] = t == DType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
-  }
-}
-
 struct Limits {
   int count, sink_end, window_begin, tokens_left, pages_left;
 };
@@ -58,14 +50,20 @@ void PageBoundsCpu(const PageBoundsArgs& a) {
   const int64_t rows = a.bounds.dim(1);
   const int32_t* ids = a.ids.data_as<const int32_t>();
   const int32_t* lens = a.lens.data_as<const int32_t>();
+  const int32_t* summary_rows = a.rows.data_as<const int32_t>();
   const int64_t eb = ElemBytes(a.pool.dtype);
+  const int64_t row_bytes = RowBytes(a.bounds.dtype(), rows * d);
+  ICECACHE_CHECK_MSG(rows == 2 ? a.bounds.dtype() == a.pool.dtype
+                               : a.bounds.dtype() == kMeanKeyDType && MeanKeyFits(d),
+                     "PageBounds: summaries of the wrong element type");
   std::vector<float> keys, mean(d);
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = ids[i];
     ICECACHE_CHECK(id >= 0 && id < a.pool.num_pages && lens[i] >= 1);
+    ICECACHE_CHECK(summary_rows[i] >= 0 && summary_rows[i] < a.bounds.dim(0));
     const int64_t count = std::min<int64_t>(lens[i], a.pool.page_size);
     const int64_t page = static_cast<int64_t>(id) * a.pool.page_size * d;
-    char* out = static_cast<char*>(a.bounds.data()) + static_cast<int64_t>(id) * rows * d * eb;
+    char* out = static_cast<char*>(a.bounds.data()) + summary_rows[i] * row_bytes;
     if (!a.resident.empty()) {
       const int32_t s = a.resident.data_as<const int32_t>()[id];
       if (s >= 0 && s < a.slot_page.numel() && a.slot_page.data_as<const int32_t>()[s] == id) {
@@ -75,8 +73,8 @@ void PageBoundsCpu(const PageBoundsArgs& a) {
     if (rows == 1) {
       keys.resize(static_cast<size_t>(count * d));
       for (int64_t e = 0; e < count * d; ++e) keys[e] = LoadElem(a.pool.k, a.pool.dtype, page + e);
-      KeyMean(keys.data(), static_cast<int>(count), static_cast<int>(d), a.pool.dtype, mean.data());
-      for (int64_t j = 0; j < d; ++j) StoreElem(out, a.pool.dtype, j, mean[j]);
+      StoredKeyMean(keys.data(), static_cast<int>(count), static_cast<int>(d), a.pool.dtype, out,
+                    mean.data());
       continue;
     }
     for (int64_t j = 0; j < d; ++j) {
@@ -102,9 +100,11 @@ void SelectPagesCpu(const PageSelectArgs& a) {
   const int d = static_cast<int>(a.bounds.dim(2));
   const int64_t bound_rows = a.bounds.dim(1);
   const int group = a.n_heads / rows;
-  const int64_t bound_pages = a.bounds.dim(0);
+  const int64_t summaries = a.bounds.dim(0);
+  const int64_t row_bytes = RowBytes(a.bounds.dtype(), bound_rows * d);
   const int32_t* list_ids = a.list_ids.data_as<const int32_t>();
   const int32_t* list_lens = a.list_lens.data_as<const int32_t>();
+  const int32_t* list_rows = a.list_rows.data_as<const int32_t>();
   std::vector<float> q(static_cast<size_t>(a.q.numel()));
   for (int64_t i = 0; i < a.q.numel(); ++i) q[i] = LoadElem(a.q.data(), a.q.dtype(), i);
   std::vector<int32_t> order, taken;
@@ -114,12 +114,13 @@ void SelectPagesCpu(const PageSelectArgs& a) {
     const int64_t base = static_cast<int64_t>(r) * stride;
     float* scores = a.scores.data_as<float>() + base;
     for (int e = lim.sink_end; e < lim.window_begin; ++e) {
-      const int32_t id = list_ids[base + e];
+      const int32_t row = list_rows[base + e];
       float best = -std::numeric_limits<float>::infinity();
-      if (id >= 0 && id < bound_pages && list_lens[base + e] > 0) {
-        const int64_t b = static_cast<int64_t>(id) * bound_rows * d;
+      if (row >= 0 && row < summaries && list_lens[base + e] > 0) {
+        const char* bytes = static_cast<const char*>(a.bounds.data()) + row * row_bytes;
+        const int64_t b = static_cast<int64_t>(row) * bound_rows * d;
         if (bound_rows == 1) {
-          for (int j = 0; j < d; ++j) c[j] = LoadElem(a.bounds.data(), a.bounds.dtype(), b + j);
+          DequantizeRow(a.bounds.dtype(), bytes, c.data(), d);
           best = CentroidScore(q.data() + static_cast<int64_t>(r * group) * d, group, d, c.data());
         } else {
           for (int g = 0; g < group; ++g) {

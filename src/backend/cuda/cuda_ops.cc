@@ -237,6 +237,7 @@ void CudaBackend::DoFillRandom(const Tensor& t, uint64_t seed, float scale, floa
 void CudaBackend::DoPageBounds(const PageBoundsArgs& args) {
   OnDevice(args.ids);
   OnDevice(args.lens);
+  OnDevice(args.rows);
   OnDevice(args.bounds);
   ICECACHE_CHECK_MSG(args.pool.dtype == DType::kBF16, "CUDA PageBounds: the KV pool must be bf16");
   kernels::PageBoundsParams p;
@@ -246,8 +247,10 @@ void CudaBackend::DoPageBounds(const PageBoundsArgs& args) {
   p.head_dim = args.pool.head_dim;
   p.ids = args.ids.data_as<const int32_t>();
   p.lens = args.lens.data_as<const int32_t>();
+  p.summary_rows = args.rows.data_as<const int32_t>();
   p.n = args.ids.numel();
   p.bounds = args.bounds.data();
+  p.summaries = args.bounds.dim(0);
   p.rows = static_cast<int>(args.bounds.dim(1));
   if (!args.resident.empty()) {
     for (const Tensor* t : {&args.resident, &args.slot_page, &args.slot_len}) OnDevice(*t);
@@ -260,20 +263,23 @@ void CudaBackend::DoPageBounds(const PageBoundsArgs& args) {
 }
 
 void CudaBackend::DoSelectPages(const PageSelectArgs& args) {
-  for (const Tensor* t : {&args.q, &args.list_ids, &args.list_lens, &args.limits, &args.bounds,
-                          &args.scores, &args.out_ids, &args.out_lens, &args.out_count}) {
+  for (const Tensor* t :
+       {&args.q, &args.list_ids, &args.list_lens, &args.list_rows, &args.limits, &args.bounds,
+        &args.scores, &args.out_ids, &args.out_lens, &args.out_count}) {
     OnDevice(*t);
   }
-  ICECACHE_CHECK_MSG(args.q.dtype() == DType::kBF16 && args.bounds.dtype() == DType::kBF16,
-                     "CUDA SelectPages: queries and bounds must be bf16");
+  ICECACHE_CHECK_MSG(args.q.dtype() == DType::kBF16 &&
+                         (args.bounds.dim(1) == 1 || args.bounds.dtype() == DType::kBF16),
+                     "CUDA SelectPages: queries and min/max bounds must be bf16");
   kernels::PageSelectParams p;
   p.q = args.q.data();
   p.list_ids = args.list_ids.data_as<const int32_t>();
   p.list_lens = args.list_lens.data_as<const int32_t>();
+  p.list_rows = args.list_rows.data_as<const int32_t>();
   p.stride = static_cast<int>(args.list_ids.dim(1));
   p.limits = args.limits.data_as<const int32_t>();
   p.bounds = args.bounds.data();
-  p.bound_pages = args.bounds.dim(0);
+  p.summaries = args.bounds.dim(0);
   p.bound_rows = static_cast<int>(args.bounds.dim(1));
   p.scores = args.scores.data_as<float>();
   p.out_ids = args.out_ids.data_as<int32_t>();

@@ -73,9 +73,12 @@ struct PageBoundsParams {
   int head_dim = 0;
   const int32_t* ids = nullptr;
   const int32_t* lens = nullptr;
+  const int32_t* summary_rows = nullptr;  // [n]: where each page's summary goes
   int64_t n = 0;
-  void* bounds = nullptr;  // bf16 [pool pages, rows, head_dim]
-  int rows = 2;            // 2: min | max, 1: mean key
+  // [summary rows, rows, head_dim]: bf16 min | max (rows 2), or the mean key in Q8_0 (rows 1)
+  void* bounds = nullptr;
+  int64_t summaries = 0;
+  int rows = 2;
   // Optional residency map whose copies of the summarized pages become stale.
   const int32_t* resident = nullptr;
   const int32_t* slot_page = nullptr;
@@ -88,10 +91,11 @@ struct PageSelectParams {
   const void* q = nullptr;  // bf16 [rows * group, head_dim]
   const int32_t* list_ids = nullptr;
   const int32_t* list_lens = nullptr;
+  const int32_t* list_rows = nullptr;  // each entry's summary row
   int stride = 0;
   const int32_t* limits = nullptr;  // [rows, 5]
-  const void* bounds = nullptr;     // bf16 [pages, bound_rows, head_dim]
-  int64_t bound_pages = 0;
+  const void* bounds = nullptr;     // PageBoundsParams::bounds
+  int64_t summaries = 0;
   int bound_rows = 2;       // 2: min | max bounds, 1: mean keys
   float* scores = nullptr;  // [rows, stride]
   int32_t* out_ids = nullptr;

@@ -1,4 +1,5 @@
-// Device-side page selection: page bounds, bound-ranked top pages per KV head, and the
+// Device-side page selection: page summaries (bf16 min | max keys, or Q8_0 mean keys, each at
+// the summary row its caller hands out), top pages per KV head ranked by them, and the
 // working-set step (residency diff, slot assignment, fetch of the missing pages).
 //
 // SelectPages runs as two launches: ScoreKernel (ScoreKernelVec for head dims 64, 128 and 256)
@@ -29,29 +30,66 @@ constexpr int kRankHeld = 16;  // candidate keys a RankKernel thread keeps in re
 constexpr int kMaxGroup = 32;
 constexpr int kMaxDim = 256;
 constexpr int kSortCap = 2048;  // kMaxSelectPicks (backend.h)
+constexpr int kQ8Block = 32;    // Q8_0: an f16 scale, then 32 int8 values (core/quant.h)
+constexpr int kQ8Bytes = 34;
+
+// Byte address of a summary row: bf16 [rows][d] for min | max, Q8_0 blocks for mean keys.
+__device__ __forceinline__ const char* SummaryRow(const void* bounds, int64_t row, int rows,
+                                                  int d) {
+  const int64_t bytes = rows == 1 ? static_cast<int64_t>(d / kQ8Block) * kQ8Bytes
+                                  : static_cast<int64_t>(rows) * d * 2;
+  return static_cast<const char*>(bounds) + row * bytes;
+}
+
+// Dimension j of a Q8_0 mean key: q * scale, the product DequantQ8_0 computes.
+__device__ __forceinline__ float Q8At(const char* row, int j) {
+  const char* block = row + (j / kQ8Block) * kQ8Bytes;
+  const float scale = __half2float(*reinterpret_cast<const __half*>(block));
+  return __fmul_rn(static_cast<float>(static_cast<int8_t>(block[2 + j % kQ8Block])), scale);
+}
 
 // ---- PageBounds -------------------------------------------------------------------------------
 
 __global__ void PageBoundsKernel(PageBoundsParams p) {
+  __shared__ float mean_s[kMaxDim];
   const int32_t id = p.ids[blockIdx.x];
+  const int32_t srow = p.summary_rows[blockIdx.x];
   const int n = min(p.lens[blockIdx.x], p.page_size);
-  if (id < 0 || id >= p.pool_pages || n < 1) return;
+  // Block-uniform exits (before any barrier).
+  if (id < 0 || id >= p.pool_pages || n < 1 || srow < 0 || srow >= p.summaries) return;
   const int d = p.head_dim;
   if (threadIdx.x == 0 && p.resident != nullptr) {
     const int32_t s = p.resident[id];
     if (s >= 0 && s < p.slot_pages && p.slot_page[s] == id) p.slot_len[s] = -1;  // stale copy
   }
   const Bf16* k = static_cast<const Bf16*>(p.pool_k) + static_cast<int64_t>(id) * p.page_size * d;
-  Bf16* b = static_cast<Bf16*>(p.bounds) + static_cast<int64_t>(id) * p.rows * d;
-  for (int j = threadIdx.x; j < d; j += blockDim.x) {
-    if (p.rows == 1) {
-      // KeyMean's arithmetic (kv/key_mean.h): an f32 sum in row order, one division, rounded.
+  char* row = const_cast<char*>(SummaryRow(p.bounds, srow, p.rows, d));
+  if (p.rows == 1) {
+    // KeyMean's arithmetic (kv/key_mean.h): an f32 sum in row order, one division, rounded.
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
       float sum = 0.0f;
       for (int t = 0; t < n; ++t)
         sum = __fadd_rn(sum, __bfloat162float(k[static_cast<int64_t>(t) * d + j]));
-      b[j] = __float2bfloat16_rn(__fdiv_rn(sum, static_cast<float>(n)));
-      continue;
+      mean_s[j] = __bfloat162float(__float2bfloat16_rn(__fdiv_rn(sum, static_cast<float>(n))));
     }
+    __syncthreads();
+    // QuantQ8_0's arithmetic (core/quant.cc), one warp per block of 32 dimensions.
+    const int lane = threadIdx.x % 32;
+    for (int blk = threadIdx.x / 32; blk < d / kQ8Block; blk += blockDim.x / 32) {
+      const float x = mean_s[blk * kQ8Block + lane];
+      const float amax = WarpMax(fabsf(x));
+      const float scale = __fdiv_rn(amax, 127.0f);
+      const float inv = scale != 0.0f ? __fdiv_rn(1.0f, scale) : 0.0f;
+      const float r = roundf(__fmul_rn(x, inv));
+      const int v = !(r >= -127.0f) ? -127 : (r > 127.0f ? 127 : static_cast<int>(r));
+      char* block = row + blk * kQ8Bytes;
+      if (lane == 0) *reinterpret_cast<__half*>(block) = __float2half_rn(scale);
+      block[2 + lane] = static_cast<char>(static_cast<int8_t>(v));
+    }
+    return;
+  }
+  Bf16* b = reinterpret_cast<Bf16*>(row);
+  for (int j = threadIdx.x; j < d; j += blockDim.x) {
     float lo = __bfloat162float(k[j]), hi = lo;
     for (int t = 1; t < n; ++t) {
       const float v = __bfloat162float(k[static_cast<int64_t>(t) * d + j]);
@@ -102,19 +140,19 @@ __global__ void __launch_bounds__(kScoreThreads) ScoreKernel(PageSelectParams p)
   const int row = blockIdx.y;
   const int d = p.head_dim;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const Bf16* bounds = static_cast<const Bf16*>(p.bounds);
   for (int c = 0; c < kScorePerWarp; ++c) {
     const int e = first + warp * kScorePerWarp + c;
     if (e >= lim.window_begin) break;
     const int64_t at = static_cast<int64_t>(row) * p.stride + e;
-    const int32_t id = p.list_ids[at];
+    const int32_t srow = p.list_rows[at];
     float best = kNegInf;
-    if (id >= 0 && id < p.bound_pages && p.list_lens[at] > 0) {
-      const Bf16* b = bounds + static_cast<int64_t>(id) * p.bound_rows * d;
+    if (srow >= 0 && srow < p.summaries && p.list_lens[at] > 0) {
+      const char* sr = SummaryRow(p.bounds, srow, p.bound_rows, d);
+      const Bf16* b = reinterpret_cast<const Bf16*>(sr);
       float lo[kMaxDim / 32], hi[kMaxDim / 32];
       const int per = d / 32;
       for (int k = 0; k < per; ++k) {
-        lo[k] = __bfloat162float(b[lane + 32 * k]);
+        lo[k] = p.bound_rows == 2 ? __bfloat162float(b[lane + 32 * k]) : Q8At(sr, lane + 32 * k);
         hi[k] = p.bound_rows == 2 ? __bfloat162float(b[d + lane + 32 * k]) : 0.0f;
       }
       for (int g = 0; g < p.group; ++g) {
@@ -137,7 +175,8 @@ __global__ void __launch_bounds__(kScoreThreads) ScoreKernel(PageSelectParams p)
 
 // The same scores for head dims that are multiples of 64 (kV = d / 64 <= 4): eight lanes per
 // candidate, four candidates of a warp at once, each lane loading its 8 kV dimensions of a bound
-// row as 16-byte words (whole 128-byte lines per group of lanes). A lane sums its dimensions in
+// row as 16-byte words (whole 128-byte lines per group of lanes; a Q8_0 mean key byte by byte,
+// 8 bytes of one block). A lane sums its dimensions in
 // order, then the eight lanes combine by a butterfly; only the summation order differs from
 // ScoreKernel's (and the CPU reference's), which the parity tests' exact inputs do not see.
 template <int kV>
@@ -150,7 +189,6 @@ __global__ void __launch_bounds__(kScoreThreads) ScoreKernelVec(PageSelectParams
   const int d = p.head_dim;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane / 8, l8 = lane % 8;
-  const Bf16* bounds = static_cast<const Bf16*>(p.bounds);
   const bool minmax = p.bound_rows == 2;
 #pragma unroll
   for (int c0 = 0; c0 < kScorePerWarp; c0 += 4) {
@@ -161,10 +199,24 @@ __global__ void __launch_bounds__(kScoreThreads) ScoreKernelVec(PageSelectParams
 #pragma unroll
     for (int i = 0; i < 8 * kV; ++i) lo[i] = hi[i] = 0.0f;
     if (e < lim.window_begin) {
-      const int32_t id = p.list_ids[at];
-      ok = id >= 0 && id < p.bound_pages && p.list_lens[at] > 0;
-      if (ok) {
-        const Bf16* b = bounds + static_cast<int64_t>(id) * p.bound_rows * d;
+      const int32_t srow = p.list_rows[at];
+      ok = srow >= 0 && srow < p.summaries && p.list_lens[at] > 0;
+      if (ok && !minmax) {
+        // Mean key: the lane's 8 dimensions of each 64 lie in one Q8_0 block.
+        const char* sr = SummaryRow(p.bounds, srow, 1, d);
+#pragma unroll
+        for (int v = 0; v < kV; ++v) {
+          const int j0 = v * 64 + l8 * 8;
+          const char* block = sr + (j0 / kQ8Block) * kQ8Bytes;
+          const float scale = __half2float(*reinterpret_cast<const __half*>(block));
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const int8_t qv = static_cast<int8_t>(block[2 + j0 % kQ8Block + i]);
+            lo[v * 8 + i] = __fmul_rn(static_cast<float>(qv), scale);
+          }
+        }
+      } else if (ok) {
+        const Bf16* b = reinterpret_cast<const Bf16*>(SummaryRow(p.bounds, srow, 2, d));
 #pragma unroll
         for (int v = 0; v < kV; ++v) {
           const uint4 w = *reinterpret_cast<const uint4*>(b + v * 64 + l8 * 8);
@@ -176,15 +228,13 @@ __global__ void __launch_bounds__(kScoreThreads) ScoreKernelVec(PageSelectParams
             lo[v * 8 + 2 * k] = f.x;
             lo[v * 8 + 2 * k + 1] = f.y;
           }
-          if (minmax) {
-            const uint4 u = *reinterpret_cast<const uint4*>(b + d + v * 64 + l8 * 8);
-            const uint32_t hw[4] = {u.x, u.y, u.z, u.w};
+          const uint4 u = *reinterpret_cast<const uint4*>(b + d + v * 64 + l8 * 8);
+          const uint32_t hw[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-              const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&hw[k]));
-              hi[v * 8 + 2 * k] = f.x;
-              hi[v * 8 + 2 * k + 1] = f.y;
-            }
+          for (int k = 0; k < 4; ++k) {
+            const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&hw[k]));
+            hi[v * 8 + 2 * k] = f.x;
+            hi[v * 8 + 2 * k + 1] = f.y;
           }
         }
       }
@@ -612,7 +662,10 @@ __global__ void FetchKernel(PageMapParams p) {
 
 int LaunchPageBounds(Stream s, const PageBoundsParams& p) {
   if (p.n == 0) return 0;
-  if (p.rows != 1 && p.rows != 2) return static_cast<int>(cudaErrorInvalidValue);
+  if ((p.rows != 1 && p.rows != 2) || p.head_dim > kMaxDim ||
+      (p.rows == 1 && p.head_dim % kQ8Block != 0)) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   PageBoundsKernel<<<static_cast<unsigned>(p.n), 128, 0, s>>>(p);
   return LastError();
 }
@@ -626,7 +679,8 @@ int LaunchSelectPages(Stream s, const PageSelectParams& p) {
   const unsigned chunks = static_cast<unsigned>((p.stride + per_block - 1) / per_block);
   if (chunks > 0) {
     const dim3 grid(chunks, static_cast<unsigned>(p.rows));
-    const bool aligned = reinterpret_cast<uintptr_t>(p.bounds) % 16 == 0;
+    // bf16 bounds are read as 16-byte words; Q8_0 mean keys byte by byte.
+    const bool aligned = p.bound_rows == 1 || reinterpret_cast<uintptr_t>(p.bounds) % 16 == 0;
     if (aligned && p.head_dim == 64) {
       ScoreKernelVec<1><<<grid, kScoreThreads, 0, s>>>(p);
     } else if (aligned && p.head_dim == 128) {
