@@ -83,6 +83,11 @@ Status DeviceSelection::Grow(int64_t entries) {
   int64_t stride = std::max<int64_t>(64, stride_);
   while (stride < entries) stride = (stride + stride / 8 + 63) / 64 * 64;
   const int64_t rows = static_cast<int64_t>(layers_) * heads_;
+  // Device arrays first: a failed allocation leaves everything as it was.
+  ICECACHE_ASSIGN_OR_RETURN(Tensor ids_dev, backend_->Allocate(DType::kI32, {rows, stride}));
+  ICECACHE_ASSIGN_OR_RETURN(Tensor lens_dev, backend_->Allocate(DType::kI32, {rows, stride}));
+  ICECACHE_ASSIGN_OR_RETURN(Tensor rows_dev, backend_->Allocate(DType::kI32, {rows, stride}));
+  ICECACHE_ASSIGN_OR_RETURN(Tensor scores, backend_->Allocate(DType::kF32, {heads_, stride}));
   const size_t size = static_cast<size_t>(rows * stride);
   std::vector<int32_t> ids(size, -1), lens(size, 0), summary_rows(size, -1);
   std::vector<uint64_t> vers(size, kNotSummarized);
@@ -99,12 +104,10 @@ Status DeviceSelection::Grow(int64_t entries) {
   host_rows_ = std::move(summary_rows);
   host_vers_ = std::move(vers);
   stride_ = stride;
-  // The old arrays go first, so that the lists never take twice their room.
-  list_ids_ = list_lens_ = list_rows_ = scores_ = Tensor();
-  ICECACHE_ASSIGN_OR_RETURN(list_ids_, backend_->Allocate(DType::kI32, {rows, stride}));
-  ICECACHE_ASSIGN_OR_RETURN(list_lens_, backend_->Allocate(DType::kI32, {rows, stride}));
-  ICECACHE_ASSIGN_OR_RETURN(list_rows_, backend_->Allocate(DType::kI32, {rows, stride}));
-  ICECACHE_ASSIGN_OR_RETURN(scores_, backend_->Allocate(DType::kF32, {heads_, stride}));
+  list_ids_ = std::move(ids_dev);
+  list_lens_ = std::move(lens_dev);
+  list_rows_ = std::move(rows_dev);
+  scores_ = std::move(scores);
   ICECACHE_RETURN_IF_ERROR(
       backend_->Copy(Tensor(host_ids_.data(), DType::kI32, {rows, stride}), list_ids_));
   ICECACHE_RETURN_IF_ERROR(
@@ -142,9 +145,18 @@ Status DeviceSelection::GrowSummaries() {
 }
 
 Status DeviceSelection::Prepare(const KvSequence& seq, int pending) {
+  Status status = Sync(seq, pending);
+  // After a failed allocation or copy, what the device holds is unknown: the next call starts
+  // over, as after a truncation.
+  if (!status.ok()) start_over_ = true;
+  return status;
+}
+
+Status DeviceSelection::Sync(const KvSequence& seq, int pending) {
   const int64_t rows = static_cast<int64_t>(layers_) * heads_;
-  if (seq.length() < last_length_) {
-    // Truncated: pages may have been freed and handed out again; start over.
+  if (seq.length() < last_length_ || start_over_) {
+    // Truncated (pages may have been freed and handed out again) or failed: start over.
+    start_over_ = false;
     std::fill(synced_.begin(), synced_.end(), 0);
     std::fill(seen_stamp_.begin(), seen_stamp_.end(), 0);
     std::fill(host_rows_.begin(), host_rows_.end(), -1);

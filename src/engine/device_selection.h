@@ -79,6 +79,8 @@ class DeviceSelection {
 
  private:
   DeviceSelection() = default;
+  // Prepare's work; a failure makes the next call start over.
+  Status Sync(const KvSequence& seq, int pending);
   Status Grow(int64_t entries);
   // A free summary row (grows the bookkeeping; GrowSummaries makes the tensor that large).
   int32_t TakeRow();
@@ -96,6 +98,7 @@ class DeviceSelection {
   int capacity_ = 0;
   int64_t stride_ = 0;  // list entries per (layer, head) row on the device
   int64_t last_length_ = -1;
+  bool start_over_ = false;  // the last Prepare failed
   Tensor bounds_;
   // Device state.
   Tensor list_ids_, list_lens_, list_rows_;  // [layers * heads, stride_]
