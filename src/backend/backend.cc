@@ -103,6 +103,8 @@ void Backend::PageBounds(const PageBoundsArgs& args) {
                      ? args.bounds.dtype() == args.pool.dtype
                      : args.bounds.dim(1) == 1 && args.bounds.dtype() == kMeanKeyDType &&
                            MeanKeyFits(args.pool.head_dim));
+  ICECACHE_CHECK(args.bounds.dim(1) == 2 ||
+                 (args.spread.dtype() == DType::kF32 && args.spread.numel() == args.bounds.dim(0)));
   ICECACHE_CHECK(args.resident.empty() || (args.resident.numel() == args.pool.num_pages &&
                                            args.slot_page.numel() == args.slot_len.numel()));
   DoPageBounds(args);
@@ -119,7 +121,9 @@ void Backend::SelectPages(const PageSelectArgs& args) {
   ICECACHE_CHECK(args.q.numel() % args.n_heads == 0);
   ICECACHE_CHECK(SameShape(args.list_ids, args.list_rows) && args.list_rows.dtype() == DType::kI32);
   ICECACHE_CHECK(args.bounds.ndim() == 3 && (args.bounds.dim(1) == 1 || args.bounds.dim(1) == 2));
-  ICECACHE_CHECK(args.bounds.dim(1) == 2 || args.bounds.dtype() == kMeanKeyDType);
+  ICECACHE_CHECK(args.bounds.dim(1) == 2 ||
+                 (args.bounds.dtype() == kMeanKeyDType && args.spread.dtype() == DType::kF32 &&
+                  args.spread.numel() == args.bounds.dim(0)));
   ICECACHE_CHECK(args.q.numel() == args.n_heads * args.bounds.dim(2));
   DoSelectPages(args);
 }

@@ -62,7 +62,8 @@ struct SampleRowParams {
 // - min | max: the per-dimension minimum and maximum of the page's keys (Quest's page bound), in
 //   the pool's own element type; minimum and maximum of stored values are stored values, so the
 //   bounds are exact;
-// - the mean key (StoredKeyMean in kv/key_mean.h: KeyMean, then Q8_0; icecache and lychee).
+// - the mean key (StoredKeyMean in kv/key_mean.h: KeyMean, then Q8_0; icecache and lychee), and
+//   the keys' spread around it (KeySpread) in `spread`.
 struct PageBoundsArgs {
   KvPoolView pool;  // the pages' pool (the host tier; mapped host memory on a GPU)
   Tensor ids;       // i32 [n]: pages to summarize
@@ -75,6 +76,7 @@ struct PageBoundsArgs {
   // that sits in one of its slots is marked stale there (slot_len -1: its contents changed), so
   // that the next MapPages copies it again.
   Tensor resident, slot_page, slot_len;
+  Tensor spread;  // mean keys: f32 [summary rows], each summarized row's KeySpread
 };
 
 // The most entries PageSelectArgs may take between the sink and the window of one row.
@@ -83,8 +85,8 @@ constexpr int kMaxSelectPicks = 2048;
 // Arguments of Backend::SelectPages: one query token, rows = the KV heads of one layer. A row's
 // candidate entries [sink_end, window_begin) are ranked by a score over the row's query heads
 // (GQA group g), best first, ties to the lower entry: with min/max bounds (2 rows per page) the
-// bound max_g sum_j max(q_gj min_j, q_gj max_j), with mean keys (1 row) max_g sum_j q_gj c_j
-// over the key read back from Q8_0 (CentroidScore), entries of no tokens -inf; the best
+// bound max_g sum_j max(q_gj min_j, q_gj max_j), with mean keys (1 row) CentroidScore over the key
+// read back from Q8_0 and the row's spread, entries of no tokens -inf; the best
 // min(pages_left, candidates) of them are walked in rank order and each is taken if its tokens
 // fit in what is left of tokens_left. The output row lists entries [0, sink_end), the taken
 // entries in rank order, then entries [window_begin, count): the order of AssembleSelection over
@@ -97,6 +99,7 @@ struct PageSelectArgs {
   // i32 [rows, 5]: count, sink_end, window_begin, tokens_left, pages_left (<= kMaxSelectPicks).
   Tensor limits;
   Tensor bounds;     // PageBounds' output
+  Tensor spread;     // mean keys: PageBounds' spread (f32 [summary rows])
   Tensor scores;     // f32 [rows, stride]: scratch
   Tensor out_ids;    // i32 [rows, out_stride]: selected pages
   Tensor out_lens;   // i32 [rows, out_stride]

@@ -139,8 +139,16 @@ Status DeviceSelection::GrowSummaries() {
   const DType dtype = rows == 2 ? layout_.dtype : kMeanKeyDType;
   ICECACHE_ASSIGN_OR_RETURN(Tensor grown,
                             backend_->Allocate(dtype, {want, rows, layout_.head_dim}));
-  if (have > 0) ICECACHE_RETURN_IF_ERROR(backend_->Copy(bounds_, grown.Slice(0, have)));
+  Tensor spread;  // mean keys' spreads, one f32 per row
+  if (rows == 1) {
+    ICECACHE_ASSIGN_OR_RETURN(spread, backend_->Allocate(DType::kF32, {want}));
+  }
+  if (have > 0) {
+    ICECACHE_RETURN_IF_ERROR(backend_->Copy(bounds_, grown.Slice(0, have)));
+    if (rows == 1) ICECACHE_RETURN_IF_ERROR(backend_->Copy(spread_, spread.Slice(0, have)));
+  }
   bounds_ = std::move(grown);
+  spread_ = std::move(spread);
   return Status::Ok();
 }
 
@@ -285,6 +293,7 @@ Status DeviceSelection::Sync(const KvSequence& seq, int pending) {
     b.lens = bound_lens_.Slice(0, n);
     b.rows = bound_rows_.Slice(0, n);
     b.bounds = bounds_;
+    b.spread = spread_;
     b.resident = resident_;
     b.slot_page = slot_page_;
     b.slot_len = slot_len_;
@@ -302,6 +311,7 @@ void DeviceSelection::Select(int layer, const Tensor& q) {
   s.list_rows = list_rows_.Slice(first, first + heads_);
   s.limits = limits_dev_.Slice(first, first + heads_);
   s.bounds = bounds_;
+  s.spread = spread_;
   s.scores = scores_;
   s.out_ids = out_ids_;
   s.out_lens = out_lens_;

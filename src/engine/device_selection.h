@@ -75,7 +75,9 @@ class DeviceSelection {
   // Backend bytes of the lists, limits, residency map and scratch (the summaries excluded).
   int64_t device_bytes() const;
   // Backend bytes of the page summaries it ranks by (allocated rows, in use or not).
-  int64_t bounds_bytes() const { return bounds_.nbytes(); }
+  int64_t bounds_bytes() const {
+    return bounds_.nbytes() + (spread_.empty() ? 0 : spread_.nbytes());
+  }
 
  private:
   DeviceSelection() = default;
@@ -99,7 +101,7 @@ class DeviceSelection {
   int64_t stride_ = 0;  // list entries per (layer, head) row on the device
   int64_t last_length_ = -1;
   bool start_over_ = false;  // the last Prepare failed
-  Tensor bounds_;
+  Tensor bounds_, spread_;   // summaries (and mean keys' spreads), one row per list entry
   // Device state.
   Tensor list_ids_, list_lens_, list_rows_;  // [layers * heads, stride_]
   Tensor limits_dev_;                        // [layers * heads, 5]

@@ -8,8 +8,8 @@
 
 namespace icecache {
 
-const float* CentroidRanker::MeanKey(const KvSequence& seq, KeyReader& reader,
-                                     const PageRef& page) {
+const CentroidRanker::CachedMean& CentroidRanker::MeanKey(const KvSequence& seq, KeyReader& reader,
+                                                          const PageRef& page) {
   CachedMean& m = means_[page.id];
   const uint32_t version = seq.pool().version(page.id);
   if (m.mean.empty() || m.version != version) {
@@ -19,12 +19,13 @@ const float* CentroidRanker::MeanKey(const KvSequence& seq, KeyReader& reader,
     const float* keys = reader.Keys(page.id, page.len);
     if (MeanKeyFits(d)) {
       q8_.resize(static_cast<size_t>(RowBytes(kMeanKeyDType, d)));
-      StoredKeyMean(keys, page.len, d, seq.layout().dtype, q8_.data(), m.mean.data());
+      m.spread = StoredKeyMean(keys, page.len, d, seq.layout().dtype, q8_.data(), m.mean.data());
     } else {  // head dims device memory cannot store (no device selection): the exact mean
       KeyMean(keys, page.len, d, seq.layout().dtype, m.mean.data());
+      m.spread = KeySpread(keys, page.len, d, m.mean.data());
     }
   }
-  return m.mean.data();
+  return m;
 }
 
 void CentroidRanker::Select(const KvSequence& seq, int layer, int head, const ListRegions& r,
@@ -36,8 +37,12 @@ void CentroidRanker::Select(const KvSequence& seq, int layer, int head, const Li
   order_.clear();
   for (int32_t i = r.sink_end; i < r.window_begin; ++i) {
     const PageRef& page = pages[i];
-    scores_[i] = page.len > 0 ? CentroidScore(q, group, d, MeanKey(seq, reader, page))
-                              : -std::numeric_limits<float>::infinity();
+    if (page.len > 0) {
+      const CachedMean& m = MeanKey(seq, reader, page);
+      scores_[i] = CentroidScore(q, group, d, m.mean.data(), m.spread);
+    } else {
+      scores_[i] = -std::numeric_limits<float>::infinity();
+    }
     order_.push_back(i);
   }
   stats->nodes_visited += static_cast<int64_t>(order_.size());
@@ -63,7 +68,7 @@ void CentroidRanker::Select(const KvSequence& seq, int layer, int head, const Li
 int64_t CentroidRanker::MemoryBytes() const {
   int64_t b = static_cast<int64_t>(scores_.capacity()) * 4 +
               static_cast<int64_t>(order_.capacity()) * 4 + static_cast<int64_t>(q8_.capacity());
-  for (const auto& [id, m] : means_) b += static_cast<int64_t>(m.mean.capacity()) * 4 + 16;
+  for (const auto& [id, m] : means_) b += static_cast<int64_t>(m.mean.capacity()) * 4 + 20;
   return b;
 }
 

@@ -2,9 +2,10 @@
 // reference ops on the same bf16 data, with min/max bounds (quest) and Q8_0 mean keys (icecache),
 // written to summary rows that are a permutation of the page ids. Keys and queries are multiples
 // of 1/4 in [-2, 2] and mean keys average 1, 2, 4, 8 or 16 keys, so every bound and mean is
-// exact in f32 (and bf16), and both backends quantize the means to the same bytes. Min/max scores
-// are exact whatever the summation order; against Q8_0 means, queries have one nonzero dimension
-// per head, so those scores are single products, exact in any order too. Scores tie often and
+// exact in f32 (and bf16), and both backends quantize the means to the same bytes and compute the
+// same spreads. Min/max scores are exact whatever the summation order; against Q8_0 means,
+// queries have one nonzero dimension per head, so q.c is a single product and |q|^2 exact, and the
+// scores agree bit for bit in any order too. Scores tie often and
 // the tie-breaking (lower entry first) is checked too. Then, through the engine on
 // the GPU, quest and icecache selecting on the device against selecting on the host.
 #include <gtest/gtest.h>
@@ -73,10 +74,12 @@ std::vector<int32_t> RowsOf(const std::vector<int32_t>& ids) {
   return rows;
 }
 
-// Page summaries for every summary row, on both backends (`host` backs `cpu`).
+// Page summaries for every summary row, on both backends (`host` backs `cpu`), and with mean
+// keys their spreads (`host_spread` backs `cpu_spread`).
 struct Summaries {
   std::vector<uint8_t> host;
-  Tensor cpu, gpu;
+  std::vector<float> host_spread;
+  Tensor cpu, gpu, cpu_spread, gpu_spread;
 };
 
 // Summarizes pages `ids` of `pool` on both backends and checks that the bytes agree.
@@ -87,16 +90,31 @@ Summaries Summarize(Backend& cpu, Backend& gpu, Pool& pool, const std::vector<in
   s.host.assign(static_cast<size_t>(kHostPages * RowBytes(t, int64_t{bound_rows} * kDim)), 0);
   s.cpu = Tensor(s.host.data(), t, {kHostPages, bound_rows, kDim});
   s.gpu = gpu.Allocate(t, {kHostPages, bound_rows, kDim}).value();
+  if (bound_rows == 1) {
+    s.host_spread.assign(kHostPages, 0.0f);
+    s.cpu_spread = Tensor(s.host_spread.data(), DType::kF32, {kHostPages});
+    s.gpu_spread = gpu.Allocate(DType::kF32, {kHostPages}).value();
+  }
   const int64_t n = static_cast<int64_t>(ids.size());
   const std::vector<int32_t> rows = RowsOf(ids);
-  cpu.PageBounds({pool.View(false, kHostPages), testing::I32Tensor(ids, {n}),
-                  testing::I32Tensor(lens, {n}), testing::I32Tensor(rows, {n}), s.cpu});
-  gpu.PageBounds({pool.View(true, kHostPages), I32ToDevice(gpu, ids, {n}),
-                  I32ToDevice(gpu, lens, {n}), I32ToDevice(gpu, rows, {n}), s.gpu});
+  PageBoundsArgs c{pool.View(false, kHostPages), testing::I32Tensor(ids, {n}),
+                   testing::I32Tensor(lens, {n}), testing::I32Tensor(rows, {n}), s.cpu};
+  c.spread = s.cpu_spread;
+  cpu.PageBounds(c);
+  PageBoundsArgs g{pool.View(true, kHostPages), I32ToDevice(gpu, ids, {n}),
+                   I32ToDevice(gpu, lens, {n}), I32ToDevice(gpu, rows, {n}), s.gpu};
+  g.spread = s.gpu_spread;
+  gpu.PageBounds(g);
   std::vector<uint8_t> back(s.host.size());
   EXPECT_TRUE(gpu.Copy(s.gpu, Tensor(back.data(), t, {kHostPages, bound_rows, kDim})).ok());
   gpu.Synchronize();
   EXPECT_EQ(back, s.host);
+  if (bound_rows == 1) {  // KeySpread's arithmetic, operation for operation
+    std::vector<float> spread(kHostPages);
+    EXPECT_TRUE(gpu.Copy(s.gpu_spread, Tensor(spread.data(), DType::kF32, {kHostPages})).ok());
+    gpu.Synchronize();
+    EXPECT_EQ(0, std::memcmp(spread.data(), s.host_spread.data(), spread.size() * 4));
+  }
   return s;
 }
 
@@ -132,9 +150,8 @@ struct SelectOnBoth {
 
 void SelectPagesOnBoth(Backend& cpu, Backend& gpu, std::vector<uint16_t>& q,
                        std::vector<int32_t>& list_ids, std::vector<int32_t>& list_lens,
-                       std::vector<int32_t>& limits, const Tensor& cpu_bounds,
-                       const Tensor& gpu_bounds, int rows, int group, int stride, int out_stride,
-                       SelectOnBoth* out) {
+                       std::vector<int32_t>& limits, const Summaries& sums, int rows, int group,
+                       int stride, int out_stride, SelectOnBoth* out) {
   out->c_scores.assign(rows * stride, 0.0f);
   out->c_ids.assign(rows * out_stride, 0);
   out->c_lens.assign(rows * out_stride, 0);
@@ -146,7 +163,8 @@ void SelectPagesOnBoth(Backend& cpu, Backend& gpu, std::vector<uint16_t>& q,
   s.list_lens = Tensor(list_lens.data(), DType::kI32, {rows, stride});
   s.list_rows = Tensor(out->list_rows.data(), DType::kI32, {rows, stride});
   s.limits = Tensor(limits.data(), DType::kI32, {rows, 5});
-  s.bounds = cpu_bounds;
+  s.bounds = sums.cpu;
+  s.spread = sums.cpu_spread;
   s.scores = Tensor(out->c_scores.data(), DType::kF32, {rows, stride});
   s.out_ids = Tensor(out->c_ids.data(), DType::kI32, {rows, out_stride});
   s.out_lens = Tensor(out->c_lens.data(), DType::kI32, {rows, out_stride});
@@ -161,7 +179,8 @@ void SelectPagesOnBoth(Backend& cpu, Backend& gpu, std::vector<uint16_t>& q,
   g.list_lens = I32ToDevice(gpu, list_lens, {rows, stride});
   g.list_rows = I32ToDevice(gpu, out->list_rows, {rows, stride});
   g.limits = I32ToDevice(gpu, limits, {rows, 5});
-  g.bounds = gpu_bounds;
+  g.bounds = sums.gpu;
+  g.spread = sums.gpu_spread;
   g.scores = gpu.Allocate(DType::kF32, {rows, stride}).value();
   g.out_ids = gpu.Allocate(DType::kI32, {rows, out_stride}).value();
   g.out_lens = gpu.Allocate(DType::kI32, {rows, out_stride}).value();
@@ -183,7 +202,6 @@ void CheckKernels(int bound_rows) {
     l = bound_rows == 2 ? 1 + static_cast<int>(rng() % kPage) : 1 << (rng() % 5);
   }
   Summaries sums = Summarize(*cpu, *gpu, host, ids, lens, bound_rows);
-  const Tensor &cb = sums.cpu, &gb = sums.gpu;
 
   // Rows of 8 KV heads, group 4; lists are random distinct pages (full, one partial each).
   const int rows = 8, group = 4, stride = 512, out_stride = 160, cap = 200, groups = 3;
@@ -230,7 +248,7 @@ void CheckKernels(int bound_rows) {
     std::vector<uint16_t> q = Queries(rng, rows * group, bound_rows);
 
     SelectOnBoth both;
-    ASSERT_NO_FATAL_FAILURE(SelectPagesOnBoth(*cpu, *gpu, q, list_ids, list_lens, limits, cb, gb,
+    ASSERT_NO_FATAL_FAILURE(SelectPagesOnBoth(*cpu, *gpu, q, list_ids, list_lens, limits, sums,
                                               rows, group, stride, out_stride, &both));
     const PageSelectArgs &s = both.cpu, &g = both.gpu;
     const std::vector<int32_t>& c_count = both.c_count;
@@ -317,17 +335,28 @@ void CheckKernels(int bound_rows) {
   std::vector<int32_t> again(ids.begin(), ids.begin() + kHostPages / 2);
   const int64_t half = kHostPages / 2;
   const std::vector<int32_t> again_rows = RowsOf(again);
-  cpu->PageBounds(
-      {host.View(false, kHostPages), testing::I32Tensor(again, {half}),
-       testing::I32Tensor(std::vector<int32_t>(lens.begin(), lens.begin() + half), {half}),
-       testing::I32Tensor(again_rows, {half}), cb,
-       Tensor(resident.data(), DType::kI32, {kHostPages}),
-       Tensor(slot_page.data(), DType::kI32, {groups * cap}),
-       Tensor(slot_len.data(), DType::kI32, {groups * cap})});
-  gpu->PageBounds(
-      {host.View(true, kHostPages), I32ToDevice(*gpu, again, {half}),
-       I32ToDevice(*gpu, std::vector<int32_t>(lens.begin(), lens.begin() + half), {half}),
-       I32ToDevice(*gpu, again_rows, {half}), gb, g_resident, g_slot_page, g_slot_len});
+  PageBoundsArgs c_again{
+      host.View(false, kHostPages),
+      testing::I32Tensor(again, {half}),
+      testing::I32Tensor(std::vector<int32_t>(lens.begin(), lens.begin() + half), {half}),
+      testing::I32Tensor(again_rows, {half}),
+      sums.cpu,
+      Tensor(resident.data(), DType::kI32, {kHostPages}),
+      Tensor(slot_page.data(), DType::kI32, {groups * cap}),
+      Tensor(slot_len.data(), DType::kI32, {groups * cap}),
+      sums.cpu_spread};
+  cpu->PageBounds(c_again);
+  PageBoundsArgs g_again{
+      host.View(true, kHostPages),
+      I32ToDevice(*gpu, again, {half}),
+      I32ToDevice(*gpu, std::vector<int32_t>(lens.begin(), lens.begin() + half), {half}),
+      I32ToDevice(*gpu, again_rows, {half}),
+      sums.gpu,
+      g_resident,
+      g_slot_page,
+      g_slot_len,
+      sums.gpu_spread};
+  gpu->PageBounds(g_again);
   EXPECT_EQ(I32ToHost(*gpu, g_slot_len), slot_len);
   EXPECT_GT(std::count(slot_len.begin(), slot_len.end(), -1), 0);
   const int64_t* c = reinterpret_cast<const int64_t*>(c_counters);
@@ -403,7 +432,6 @@ TEST(CudaPageSelect, LongRowsRankAsTheCpu) {
   std::vector<int32_t> ids(kHostPages), lens(kHostPages, kPage);
   std::iota(ids.begin(), ids.end(), 0);
   Summaries sums = Summarize(*cpu, *gpu, host, ids, lens, 1);
-  const Tensor &cb = sums.cpu, &gb = sums.gpu;
   const int rows = 2, group = 4, stride = 12000, out_stride = 300;
   const int counts[rows] = {11000, 8190};
   std::vector<int32_t> list_ids(rows * stride, -1), list_lens(rows * stride, 0), limits;
@@ -416,8 +444,8 @@ TEST(CudaPageSelect, LongRowsRankAsTheCpu) {
   }
   std::vector<uint16_t> q = Queries(rng, rows * group, 1);
   SelectOnBoth both;
-  ASSERT_NO_FATAL_FAILURE(SelectPagesOnBoth(*cpu, *gpu, q, list_ids, list_lens, limits, cb, gb,
-                                            rows, group, stride, out_stride, &both));
+  ASSERT_NO_FATAL_FAILURE(SelectPagesOnBoth(*cpu, *gpu, q, list_ids, list_lens, limits, sums, rows,
+                                            group, stride, out_stride, &both));
   const PageSelectArgs& g = both.gpu;
   const std::vector<int32_t>& c_count = both.c_count;
   const std::vector<int32_t>& c_ids = both.c_ids;

@@ -17,6 +17,7 @@
 // - unsupported combinations are clear errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <set>
@@ -336,8 +337,10 @@ TEST_F(DeviceSelectionTest, SelectPagesListsQuestIndexPages) {
   }
 }
 
-// Mean keys go to the summary row the caller names, in Q8_0 (StoredKeyMean's bytes), and
-// SelectPages finds each entry's summary through its list row, not its page id.
+// Mean keys go to the summary row the caller names, in Q8_0 (StoredKeyMean's bytes), with the
+// keys' spread (mean squared distance from the mean, per dimension); SelectPages finds each
+// entry's summary through its list row, not its page id, and scores q.c + |q|^2 spread / (2 sqrt
+// d).
 TEST(PageBoundsTest, MeanKeysAreStoredInQ8_0AtTheCallersRows) {
   auto backend = MakeCpuBackend({.threads = 1});
   const int page = 4, dim = 64, host_pages = 8;
@@ -349,21 +352,36 @@ TEST(PageBoundsTest, MeanKeysAreStoredInQ8_0AtTheCallersRows) {
   const KvPoolView host{hk.data(), hv.data(), hpos.data(), DType::kF32, host_pages, page, dim};
   const int64_t row_bytes = RowBytes(kMeanKeyDType, dim);
   std::vector<uint8_t> bounds(3 * row_bytes, 0);
+  std::vector<float> spread(3, -1.0f);
   std::vector<int32_t> ids = {5, 2}, lens = {4, 3}, rows = {1, 0};
-  backend->PageBounds({host, Tensor(ids.data(), DType::kI32, {2}),
-                       Tensor(lens.data(), DType::kI32, {2}), Tensor(rows.data(), DType::kI32, {2}),
-                       Tensor(bounds.data(), kMeanKeyDType, {3, 1, dim})});
+  PageBoundsArgs b{host, Tensor(ids.data(), DType::kI32, {2}),
+                   Tensor(lens.data(), DType::kI32, {2}), Tensor(rows.data(), DType::kI32, {2}),
+                   Tensor(bounds.data(), kMeanKeyDType, {3, 1, dim})};
+  b.spread = Tensor(spread.data(), DType::kF32, {3});
+  backend->PageBounds(b);
   std::vector<float> means[2];
   for (int i = 0; i < 2; ++i) {
     std::vector<uint8_t> want(row_bytes);
     means[i].resize(dim);
-    StoredKeyMean(&hk[static_cast<size_t>(ids[i]) * page * dim], lens[i], dim, DType::kF32,
-                  want.data(), means[i].data());
+    const float* keys = &hk[static_cast<size_t>(ids[i]) * page * dim];
+    const float want_spread =
+        StoredKeyMean(keys, lens[i], dim, DType::kF32, want.data(), means[i].data());
     EXPECT_EQ(0, std::memcmp(&bounds[rows[i] * row_bytes], want.data(), row_bytes)) << i;
+    EXPECT_EQ(spread[rows[i]], want_spread);
+    // The spread in double precision: mean squared distance from the mean, per dimension.
+    double total = 0;
+    for (int j = 0; j < dim; ++j) {
+      double m = 0;
+      for (int t = 0; t < lens[i]; ++t) m += keys[t * dim + j];
+      m /= lens[i];
+      for (int t = 0; t < lens[i]; ++t) total += (keys[t * dim + j] - m) * (keys[t * dim + j] - m);
+    }
+    EXPECT_NEAR(spread[rows[i]], total / (lens[i] * dim), 1e-5 * total / (lens[i] * dim));
   }
   EXPECT_EQ(std::vector<uint8_t>(row_bytes, 0),
             std::vector<uint8_t>(bounds.begin() + 2 * row_bytes, bounds.end()))
       << "row 2 untouched";
+  EXPECT_EQ(spread[2], -1.0f);
 
   // One KV head, one query head, one page to pick between the two.
   std::vector<float> q(dim);
@@ -379,16 +397,23 @@ TEST(PageBoundsTest, MeanKeysAreStoredInQ8_0AtTheCallersRows) {
     s.list_rows = Tensor(rows.data(), DType::kI32, {1, 2});
     s.limits = Tensor(limits.data(), DType::kI32, {1, 5});
     s.bounds = Tensor(bounds.data(), kMeanKeyDType, {3, 1, dim});
+    s.spread = Tensor(spread.data(), DType::kF32, {3});
     s.scores = Tensor(scores.data(), DType::kF32, {1, 2});
     s.out_ids = Tensor(out_ids.data(), DType::kI32, {1, 2});
     s.out_lens = Tensor(out_lens.data(), DType::kI32, {1, 2});
     s.out_count = Tensor(out_count.data(), DType::kI32, {1});
     s.n_heads = 1;
     backend->SelectPages(s);
-    const float s0 = CentroidScore(q.data(), 1, dim, means[0].data());
-    const float s1 = CentroidScore(q.data(), 1, dim, means[1].data());
+    const float s0 = CentroidScore(q.data(), 1, dim, means[0].data(), spread[rows[0]]);
+    const float s1 = CentroidScore(q.data(), 1, dim, means[1].data(), spread[rows[1]]);
     EXPECT_EQ(scores[0], s0);
     EXPECT_EQ(scores[1], s1);
+    double dot = 0, qq = 0;
+    for (int j = 0; j < dim; ++j) {
+      dot += q[j] * means[0][j];
+      qq += q[j] * q[j];
+    }
+    EXPECT_NEAR(s0, dot + qq * spread[rows[0]] / (2 * std::sqrt(dim)), 1e-4 * (1 + std::abs(s0)));
     ASSERT_EQ(out_count[0], 1);
     EXPECT_EQ(out_ids[0], s0 >= s1 ? 5 : 2) << trial;
   }

@@ -73,8 +73,9 @@ void PageBoundsCpu(const PageBoundsArgs& a) {
     if (rows == 1) {
       keys.resize(static_cast<size_t>(count * d));
       for (int64_t e = 0; e < count * d; ++e) keys[e] = LoadElem(a.pool.k, a.pool.dtype, page + e);
-      StoredKeyMean(keys.data(), static_cast<int>(count), static_cast<int>(d), a.pool.dtype, out,
-                    mean.data());
+      a.spread.data_as<float>()[summary_rows[i]] =
+          StoredKeyMean(keys.data(), static_cast<int>(count), static_cast<int>(d), a.pool.dtype,
+                        out, mean.data());
       continue;
     }
     for (int64_t j = 0; j < d; ++j) {
@@ -121,7 +122,8 @@ void SelectPagesCpu(const PageSelectArgs& a) {
         const int64_t b = static_cast<int64_t>(row) * bound_rows * d;
         if (bound_rows == 1) {
           DequantizeRow(a.bounds.dtype(), bytes, c.data(), d);
-          best = CentroidScore(q.data() + static_cast<int64_t>(r * group) * d, group, d, c.data());
+          best = CentroidScore(q.data() + static_cast<int64_t>(r * group) * d, group, d, c.data(),
+                               a.spread.data_as<const float>()[row]);
         } else {
           for (int g = 0; g < group; ++g) {
             const float* qg = q.data() + static_cast<int64_t>(r * group + g) * d;

@@ -252,6 +252,10 @@ void CudaBackend::DoPageBounds(const PageBoundsArgs& args) {
   p.bounds = args.bounds.data();
   p.summaries = args.bounds.dim(0);
   p.rows = static_cast<int>(args.bounds.dim(1));
+  if (p.rows == 1) {
+    OnDevice(args.spread);
+    p.spread = args.spread.data_as<float>();
+  }
   if (!args.resident.empty()) {
     for (const Tensor* t : {&args.resident, &args.slot_page, &args.slot_len}) OnDevice(*t);
     p.resident = args.resident.data_as<const int32_t>();
@@ -281,6 +285,10 @@ void CudaBackend::DoSelectPages(const PageSelectArgs& args) {
   p.bounds = args.bounds.data();
   p.summaries = args.bounds.dim(0);
   p.bound_rows = static_cast<int>(args.bounds.dim(1));
+  if (p.bound_rows == 1) {
+    OnDevice(args.spread);
+    p.spread = args.spread.data_as<const float>();
+  }
   p.scores = args.scores.data_as<float>();
   p.out_ids = args.out_ids.data_as<int32_t>();
   p.out_lens = args.out_lens.data_as<int32_t>();

@@ -77,6 +77,7 @@ struct PageBoundsParams {
   int64_t n = 0;
   // [summary rows, rows, head_dim]: bf16 min | max (rows 2), or the mean key in Q8_0 (rows 1)
   void* bounds = nullptr;
+  float* spread = nullptr;  // mean keys: [summary rows], KeySpread (kv/key_mean.h)
   int64_t summaries = 0;
   int rows = 2;
   // Optional residency map whose copies of the summarized pages become stale.
@@ -95,6 +96,7 @@ struct PageSelectParams {
   int stride = 0;
   const int32_t* limits = nullptr;  // [rows, 5]
   const void* bounds = nullptr;     // PageBoundsParams::bounds
+  const float* spread = nullptr;    // PageBoundsParams::spread
   int64_t summaries = 0;
   int bound_rows = 2;       // 2: min | max bounds, 1: mean keys
   float* scores = nullptr;  // [rows, stride]

@@ -52,6 +52,7 @@ __device__ __forceinline__ float Q8At(const char* row, int j) {
 
 __global__ void PageBoundsKernel(PageBoundsParams p) {
   __shared__ float mean_s[kMaxDim];
+  __shared__ float spread_s[kMaxDim];
   const int32_t id = p.ids[blockIdx.x];
   const int32_t srow = p.summary_rows[blockIdx.x];
   const int n = min(p.lens[blockIdx.x], p.page_size);
@@ -70,9 +71,22 @@ __global__ void PageBoundsKernel(PageBoundsParams p) {
       float sum = 0.0f;
       for (int t = 0; t < n; ++t)
         sum = __fadd_rn(sum, __bfloat162float(k[static_cast<int64_t>(t) * d + j]));
-      mean_s[j] = __bfloat162float(__float2bfloat16_rn(__fdiv_rn(sum, static_cast<float>(n))));
+      const float m = __bfloat162float(__float2bfloat16_rn(__fdiv_rn(sum, static_cast<float>(n))));
+      mean_s[j] = m;
+      // KeySpread's arithmetic: per dimension, fma(k - m, k - m, s) in row order.
+      float s2 = 0.0f;
+      for (int t = 0; t < n; ++t) {
+        const float x = __fsub_rn(__bfloat162float(k[static_cast<int64_t>(t) * d + j]), m);
+        s2 = __fmaf_rn(x, x, s2);
+      }
+      spread_s[j] = s2;
     }
     __syncthreads();
+    if (threadIdx.x == 0) {  // the dimensions' sums in order, as KeySpread adds them
+      float total = 0.0f;
+      for (int j = 0; j < d; ++j) total = __fadd_rn(total, spread_s[j]);
+      p.spread[srow] = __fdiv_rn(total, static_cast<float>(n * d));
+    }
     // QuantQ8_0's arithmetic (core/quant.cc), one warp per block of 32 dimensions.
     const int lane = threadIdx.x % 32;
     for (int blk = threadIdx.x / 32; blk < d / kQ8Block; blk += blockDim.x / 32) {
@@ -117,8 +131,9 @@ __device__ __forceinline__ Limits LoadLimits(const int32_t* limits, int row, int
 
 // Shared start of the score kernels: the row's limits, the block's first candidate and the
 // group's queries in shared memory. False when the block has no candidate (block-uniform).
-__device__ __forceinline__ bool ScoreBlockStart(const PageSelectParams& p, float* q_s, Limits* lim,
-                                                int* first) {
+// With mean keys, `qq_s[g]` gets query head g's spread weight |q_g|^2 x SpreadFactor(d).
+__device__ __forceinline__ bool ScoreBlockStart(const PageSelectParams& p, float* q_s, float* qq_s,
+                                                Limits* lim, int* first) {
   const int row = blockIdx.y;
   *lim = LoadLimits(p.limits, row, p.stride);
   *first = lim->sink_end + blockIdx.x * kScoreWarps * kScorePerWarp;
@@ -127,16 +142,33 @@ __device__ __forceinline__ bool ScoreBlockStart(const PageSelectParams& p, float
   const Bf16* q = static_cast<const Bf16*>(p.q) + static_cast<int64_t>(row) * p.group * d;
   for (int i = threadIdx.x; i < p.group * d; i += blockDim.x) q_s[i] = __bfloat162float(q[i]);
   __syncthreads();
+  if (p.bound_rows == 1) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int g = warp; g < p.group; g += blockDim.x / 32) {
+      float qq = 0.0f;
+      for (int j = lane; j < d; j += 32) qq = __fmaf_rn(q_s[g * d + j], q_s[g * d + j], qq);
+      qq = WarpSum(qq);
+      if (lane == 0) qq_s[g] = qq;
+    }
+    __syncthreads();
+  }
   return true;
+}
+
+// A mean key's score: q.c plus the spread term (CentroidScore in kv/key_mean.h); `qq` is |q|^2.
+__device__ __forceinline__ float WithSpread(float dot, float qq, float spread, float factor) {
+  return __fadd_rn(dot, __fmul_rn(__fmul_rn(qq, spread), factor));
 }
 
 // Block (chunk, row): kScoreWarps warps, kScorePerWarp candidates each. Lanes split the
 // dimensions; the score is the maximum over the group's query heads of the bound.
 __global__ void __launch_bounds__(kScoreThreads) ScoreKernel(PageSelectParams p) {
   __shared__ float q_s[kMaxGroup * kMaxDim];
+  __shared__ float qq_s[kMaxGroup];
   Limits lim;
   int first = 0;
-  if (!ScoreBlockStart(p, q_s, &lim, &first)) return;
+  if (!ScoreBlockStart(p, q_s, qq_s, &lim, &first)) return;
+  const float factor = __fdiv_rn(0.5f, __fsqrt_rn(static_cast<float>(p.head_dim)));
   const int row = blockIdx.y;
   const int d = p.head_dim;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -166,7 +198,9 @@ __global__ void __launch_bounds__(kScoreThreads) ScoreKernel(PageSelectParams p)
         } else {
           for (int k = 0; k < per; ++k) s += qg[lane + 32 * k] * lo[k];  // q.c, c = mean key
         }
-        best = g == 0 ? WarpSum(s) : fmaxf(best, WarpSum(s));
+        s = WarpSum(s);
+        if (p.bound_rows == 1) s = WithSpread(s, qq_s[g], p.spread[srow], factor);
+        best = g == 0 ? s : fmaxf(best, s);
       }
     }
     if (lane == 0) p.scores[static_cast<int64_t>(row) * p.stride + e] = best;
@@ -182,9 +216,11 @@ __global__ void __launch_bounds__(kScoreThreads) ScoreKernel(PageSelectParams p)
 template <int kV>
 __global__ void __launch_bounds__(kScoreThreads) ScoreKernelVec(PageSelectParams p) {
   __shared__ float q_s[kMaxGroup * kMaxDim];
+  __shared__ float qq_s[kMaxGroup];
   Limits lim;
   int first = 0;
-  if (!ScoreBlockStart(p, q_s, &lim, &first)) return;
+  if (!ScoreBlockStart(p, q_s, qq_s, &lim, &first)) return;
+  const float factor = __fdiv_rn(0.5f, __fsqrt_rn(static_cast<float>(p.head_dim)));
   const int row = blockIdx.y;
   const int d = p.head_dim;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -195,6 +231,7 @@ __global__ void __launch_bounds__(kScoreThreads) ScoreKernelVec(PageSelectParams
     const int e = first + warp * kScorePerWarp + c0 + sub;
     const int64_t at = static_cast<int64_t>(row) * p.stride + e;
     bool ok = false;
+    float spread = 0.0f;
     float lo[8 * kV], hi[8 * kV];
 #pragma unroll
     for (int i = 0; i < 8 * kV; ++i) lo[i] = hi[i] = 0.0f;
@@ -204,6 +241,7 @@ __global__ void __launch_bounds__(kScoreThreads) ScoreKernelVec(PageSelectParams
       if (ok && !minmax) {
         // Mean key: the lane's 8 dimensions of each 64 lie in one Q8_0 block.
         const char* sr = SummaryRow(p.bounds, srow, 1, d);
+        spread = p.spread[srow];
 #pragma unroll
         for (int v = 0; v < kV; ++v) {
           const int j0 = v * 64 + l8 * 8;
@@ -254,6 +292,7 @@ __global__ void __launch_bounds__(kScoreThreads) ScoreKernelVec(PageSelectParams
       s += __shfl_xor_sync(0xffffffffu, s, 4);
       s += __shfl_xor_sync(0xffffffffu, s, 2);
       s += __shfl_xor_sync(0xffffffffu, s, 1);
+      if (!minmax) s = WithSpread(s, qq_s[g], spread, factor);
       best = g == 0 ? s : fmaxf(best, s);
     }
     if (e < lim.window_begin && l8 == 0) p.scores[at] = ok ? best : kNegInf;
