@@ -35,11 +35,13 @@ void CentroidRanker::Select(const KvSequence& seq, int layer, int head, const Li
   const int d = seq.layout().head_dim;
   scores_.resize(pages.size());
   order_.clear();
+  qq_.resize(group);
+  QuerySquares(q, group, d, qq_.data());
   for (int32_t i = r.sink_end; i < r.window_begin; ++i) {
     const PageRef& page = pages[i];
     if (page.len > 0) {
       const CachedMean& m = MeanKey(seq, reader, page);
-      scores_[i] = CentroidScore(q, group, d, m.mean.data(), m.spread);
+      scores_[i] = CentroidScore(q, qq_.data(), group, d, m.mean.data(), m.spread);
     } else {
       scores_[i] = -std::numeric_limits<float>::infinity();
     }

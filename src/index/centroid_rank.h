@@ -41,6 +41,7 @@ class CentroidRanker {
   std::vector<float> scores_;
   std::vector<int32_t> order_;
   std::vector<uint8_t> q8_;  // a mean key in Q8_0 (scratch)
+  std::vector<float> qq_;    // QuerySquares of the query (scratch)
 };
 
 }  // namespace icecache

@@ -71,17 +71,29 @@ inline float StoredKeyMean(const float* keys, int n, int dim, DType dtype, void*
 // The factor of the spread term: 1 / (2 sqrt(dim)).
 inline float SpreadFactor(int dim) { return 0.5f / std::sqrt(static_cast<float>(dim)); }
 
+// qq[g] = |q_g|^2 for the `group` query heads of `q` ([group][dim]), a sum over dimensions in
+// order: computed once per query, for every CentroidScore against it.
+inline void QuerySquares(const float* q, int group, int dim, float* qq) {
+  for (int g = 0; g < group; ++g) {
+    const float* qg = q + static_cast<long>(g) * dim;
+    float s = 0;
+    for (int j = 0; j < dim; ++j) s += qg[j] * qg[j];
+    qq[g] = s;
+  }
+}
+
 // The centroid score of a KV head's group: max over its `group` query heads ([group][dim]) of
-// q.c + (|q|^2 x spread) x SpreadFactor(dim), each sum over dimensions in order.
-inline float CentroidScore(const float* q, int group, int dim, const float* c, float spread) {
+// q.c + (|q|^2 x spread) x SpreadFactor(dim), q.c a sum over dimensions in order; `qq` is
+// QuerySquares of `q`.
+inline float CentroidScore(const float* q, const float* qq, int group, int dim, const float* c,
+                           float spread) {
   const float factor = SpreadFactor(dim);
   float best = 0;
   for (int g = 0; g < group; ++g) {
     const float* qg = q + static_cast<long>(g) * dim;
-    float s = 0, qq = 0;
+    float s = 0;
     for (int j = 0; j < dim; ++j) s += qg[j] * c[j];
-    for (int j = 0; j < dim; ++j) qq += qg[j] * qg[j];
-    s += qq * spread * factor;
+    s += qq[g] * spread * factor;
     best = g == 0 || s > best ? s : best;
   }
   return best;

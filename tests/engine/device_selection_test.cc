@@ -404,8 +404,10 @@ TEST(PageBoundsTest, MeanKeysAreStoredInQ8_0AtTheCallersRows) {
     s.out_count = Tensor(out_count.data(), DType::kI32, {1});
     s.n_heads = 1;
     backend->SelectPages(s);
-    const float s0 = CentroidScore(q.data(), 1, dim, means[0].data(), spread[rows[0]]);
-    const float s1 = CentroidScore(q.data(), 1, dim, means[1].data(), spread[rows[1]]);
+    float q_sq = 0;
+    QuerySquares(q.data(), 1, dim, &q_sq);
+    const float s0 = CentroidScore(q.data(), &q_sq, 1, dim, means[0].data(), spread[rows[0]]);
+    const float s1 = CentroidScore(q.data(), &q_sq, 1, dim, means[1].data(), spread[rows[1]]);
     EXPECT_EQ(scores[0], s0);
     EXPECT_EQ(scores[1], s1);
     double dot = 0, qq = 0;

@@ -109,8 +109,10 @@ void SelectPagesCpu(const PageSelectArgs& a) {
   std::vector<float> q(static_cast<size_t>(a.q.numel()));
   for (int64_t i = 0; i < a.q.numel(); ++i) q[i] = LoadElem(a.q.data(), a.q.dtype(), i);
   std::vector<int32_t> order, taken;
-  std::vector<float> c(d);
+  std::vector<float> c(d), qq(group);
   for (int r = 0; r < rows; ++r) {
+    const float* qr = q.data() + static_cast<int64_t>(r * group) * d;
+    if (bound_rows == 1) QuerySquares(qr, group, d, qq.data());
     const Limits lim = RowLimits(a.limits.data_as<const int32_t>() + r * 5, stride);
     const int64_t base = static_cast<int64_t>(r) * stride;
     float* scores = a.scores.data_as<float>() + base;
@@ -122,7 +124,7 @@ void SelectPagesCpu(const PageSelectArgs& a) {
         const int64_t b = static_cast<int64_t>(row) * bound_rows * d;
         if (bound_rows == 1) {
           DequantizeRow(a.bounds.dtype(), bytes, c.data(), d);
-          best = CentroidScore(q.data() + static_cast<int64_t>(r * group) * d, group, d, c.data(),
+          best = CentroidScore(qr, qq.data(), group, d, c.data(),
                                a.spread.data_as<const float>()[row]);
         } else {
           for (int g = 0; g < group; ++g) {
