@@ -26,11 +26,11 @@ struct KvConfig {
   // the device selection does; "auto": centroid when the selection runs in device memory (a GPU),
   // soft otherwise. --kv-exact (bound) excludes centroid.
   std::string rank = "auto";
-  // icecache (rank soft) and lychee (rank auto): the weight w in [0, 1] of an index node's
-  // radius in the bound q.c + w |q| r that orders their searches. 1 is the true bound: lychee's
-  // search then picks exactly what exhaustive scoring picks, and icecache's opens more of its
-  // tree; smaller weights open fewer nodes (0: centroids alone). -1: the policy's default
-  // (icecache 0.2, lychee 0.5).
+  // How far the host searches of icecache (rank soft) and lychee (rank auto) look past a node's
+  // centroid, a weight w in [0, 1]. icecache orders its tree descent by q.c + w sqrt(2 ln n) s,
+  // s the spread of the node's n keys along q (tree_search.h); lychee prunes by q.c + w |q| r,
+  // and at 1, its true bound, picks exactly what exhaustive scoring picks. Smaller weights open
+  // fewer nodes (0: centroids alone). -1: the policy's default (icecache 0.7, lychee 0.5).
   float search_radius = -1;
   // icecache: consecutive layers that share one tree and one selection (1: no sharing).
   int reuse_layers = 1;

@@ -93,10 +93,11 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
       ->check(CLI::IsMember({"auto", "soft", "centroid"}))
       ->capture_default_str();
   app.add_option("--kv-search-radius", kv.search_radius,
-                 "icecache (rank soft) and lychee: weight w of an index node's radius in the "
-                 "bound q.c + w|q|r that orders the search; 1: the true bound (lychee then equals "
-                 "exhaustive scoring), smaller: fewer nodes opened (default: icecache 0.2, "
-                 "lychee 0.5)")
+                 "icecache (rank soft) and lychee: how far the search looks past an index "
+                 "node's centroid, w in [0, 1]: icecache orders nodes by q.c + w sqrt(2 ln n) s "
+                 "(s: the spread of the node's n keys along q), lychee prunes by q.c + w|q|r (1: "
+                 "its true bound, equal to exhaustive scoring); smaller: fewer nodes opened "
+                 "(default: icecache 0.7, lychee 0.5)")
       ->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--kv-reuse-layers", kv.reuse_layers,
                  "icecache: consecutive layers sharing one tree and selection")

@@ -23,7 +23,7 @@ int KvConfig::ResolvedWindow() const {
 
 float KvConfig::ResolvedSearchRadius() const {
   if (search_radius >= 0) return search_radius;
-  return policy == "lychee" ? 0.5f : 0.2f;
+  return policy == "lychee" ? 0.5f : 0.7f;
 }
 
 Status KvConfig::Validate() const {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <tuple>
@@ -316,7 +317,7 @@ TEST(IceCacheSearchTest, BestFirstSearchKeepsMostOfTheOraclesSoftmaxMass) {
 }
 
 // A needle: one leaf holds a single key far out along the query among keys that point away
-// from it, so its mean and narrowed bound rank it below 200 leaves of moderately aligned keys.
+// from it, so its mean and spread estimate rank it below 200 leaves of moderately aligned keys.
 // Its farthest key is the needle itself, and the best-first search finds it with room for two
 // leaves and ten candidates.
 class LeafKeysScorer : public LeafScorer {
@@ -362,21 +363,25 @@ TEST(IceCacheSearchTest, BestFirstSearchFindsALoneKeyFarOutAlongTheQuery) {
   const TreeQuery query{u.data(), 1, kDim};
   SearchScratch scratch;
   PrepareQuery(query, &scratch);
-  const LeafTree::Node& needle = tree.node(tree.leaf_node(kNeedleLeaf));
-  // The narrowed bound alone would rank the needle's leaf last of all.
-  const float narrowed =
-      DotF(u.data(), tree.centroid(tree.leaf_node(kNeedleLeaf)), kDim) + 0.2f * needle.radius;
-  int above = 0;
-  for (int leaf = 0; leaf < kLeaves; ++leaf) {
+  // The spread estimate alone, q.c + w sqrt(2 ln n) sqrt(sum_j u_j^2 var_j), would rank the
+  // needle's leaf last of all: one key among eight moves the mean little, and the per-dimension
+  // variance spreads the needle's direction over every dimension.
+  const float w = SearchWidth{}.spread_weight;
+  auto estimate = [&](int32_t leaf) {
     const int32_t n = tree.leaf_node(leaf);
-    above += DotF(u.data(), tree.centroid(n), kDim) + 0.2f * tree.node(n).radius > narrowed;
-  }
+    float v = 0;
+    for (int j = 0; j < kDim; ++j) v += u[j] * u[j] * tree.variance(n)[j];
+    return DotF(u.data(), tree.centroid(n), kDim) +
+           w * std::sqrt(2 * std::log(static_cast<float>(kPage))) * std::sqrt(v);
+  };
+  int above = 0;
+  for (int leaf = 0; leaf < kLeaves; ++leaf) above += estimate(leaf) > estimate(kNeedleLeaf);
   ASSERT_EQ(above, kLeaves - 1);
   ASSERT_GT(DotF(u.data(), tree.far_key(tree.leaf_node(kNeedleLeaf)), kDim), 2.5f);
   LeafKeysScorer scorer(leaves, u.data());
   std::vector<Pick> picks;
   SelectionStats stats;
-  BestFirstSelect(tree, query, SearchWidth{0.2f, 2 + 8}, {}, 2 * kPage, 2, scorer, &scratch, &picks,
+  BestFirstSelect(tree, query, SearchWidth{w, 2 + 8}, {}, 2 * kPage, 2, scorer, &scratch, &picks,
                   &stats);
   ASSERT_FALSE(picks.empty());
   EXPECT_FALSE(picks[0].loose);

@@ -167,9 +167,14 @@ inline void ExpectTreeInvariants(const IceCacheIndex& index, const KvSequence& s
         double ext = 0, best = -1e300, farthest = 0;
         int64_t count = 0;
         bool far_found = false;
+        std::vector<double> var(d, 0.0);  // the keys' per-dimension variance about the centroid
         for (int32_t leaf : below[n]) {
           for (size_t t = 0; t * d < keys[leaf].size(); ++t) {
             const float* k = &keys[leaf][t * d];
+            for (int j = 0; j < d; ++j) {
+              const double x = static_cast<double>(k[j]) - tree.centroid(n)[j];
+              var[j] += x * x;
+            }
             ASSERT_GE(node.radius, DistD(k, tree.centroid(n), d)) << "radius misses a key";
             farthest = std::max(farthest, DistD(k, tree.centroid(n), d));
             far_found = far_found || std::equal(k, k + d, tree.far_key(n));
@@ -179,6 +184,10 @@ inline void ExpectTreeInvariants(const IceCacheIndex& index, const KvSequence& s
           }
         }
         ASSERT_EQ(count, node.count);
+        for (int j = 0; j < d; ++j) {
+          const double want = var[j] / count;
+          ASSERT_NEAR(tree.variance(n)[j], want, 1e-4 * (1 + want)) << "node " << n << " dim " << j;
+        }
         ASSERT_TRUE(far_found) << "the farthest key is not a key below the node";
         if (node.level == 0) {
           ASSERT_NEAR(DistD(tree.far_key(n), tree.centroid(n), d), farthest, 1e-4 * (1 + farthest))

@@ -78,7 +78,7 @@ bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32
     for (size_t g = 0; g < l.leaves.size(); ++g) {
       head_pages.push_back(l.leaves[g]);
       tree->AddLeafBall(l.centroid.data() + g * d, l.radius[g], l.far.data() + g * d,
-                        l.sq_norm.data() + row, l.leaves[g].len);
+                        l.variance.data() + g * d, l.sq_norm.data() + row, l.leaves[g].len);
       row += l.leaves[g].len;
     }
   }

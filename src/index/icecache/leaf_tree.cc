@@ -14,6 +14,7 @@ void LeafTree::Clear() {
   nodes_.clear();
   centroid_.clear();
   far_.clear();
+  var_.clear();
   leaf_node_.clear();
   root_ = -1;
 }
@@ -24,6 +25,7 @@ int32_t LeafTree::NewNode(int32_t level) {
   nodes_.back().level = level;
   centroid_.resize(centroid_.size() + dim_, 0.0f);
   far_.resize(far_.size() + dim_, 0.0f);
+  var_.resize(var_.size() + dim_, 0.0f);
   return id;
 }
 
@@ -47,6 +49,20 @@ float BallOf(const float* keys, int n, int dim, float* centroid, int* farthest) 
   return r + Slack(r + Norm(centroid, dim));
 }
 
+void KeyVariance(const float* keys, int n, int dim, const float* centroid, float* variance) {
+  ICECACHE_CHECK(n >= 1);
+  std::fill_n(variance, dim, 0.0f);
+  for (int t = 0; t < n; ++t) {
+    const float* k = keys + static_cast<size_t>(t) * dim;
+    for (int j = 0; j < dim; ++j) {
+      const float x = k[j] - centroid[j];
+      variance[j] += x * x;
+    }
+  }
+  const float inv = 1.0f / static_cast<float>(n);
+  for (int j = 0; j < dim; ++j) variance[j] *= inv;
+}
+
 void LeafTree::SetLeafStats(int32_t id, const float* keys, int n) {
   double ext = 0;
   for (int t = 0; t < n; ++t) {
@@ -57,6 +73,7 @@ void LeafTree::SetLeafStats(int32_t id, const float* keys, int n) {
   const float r = BallOf(keys, n, dim_, mutable_centroid(id), &far);
   std::copy_n(keys + static_cast<size_t>(far) * dim_, dim_,
               far_.data() + static_cast<size_t>(id) * dim_);
+  KeyVariance(keys, n, dim_, centroid(id), var_.data() + static_cast<size_t>(id) * dim_);
   Node& node = nodes_[id];
   node.count = n;
   node.ext = static_cast<float>(ext / n);
@@ -67,18 +84,30 @@ void LeafTree::RefreshNode(int32_t id) {
   Node& node = nodes_[id];
   ICECACHE_CHECK(!node.children.empty());
   std::vector<double>& acc = acc_;
+  std::vector<double>& acc2 = acc2_;  // second moments: the children's variance + centroid^2
   acc.assign(dim_, 0.0);
+  acc2.assign(dim_, 0.0);
   double ext = 0;
   int64_t count = 0;
   for (int32_t ch : node.children) {
     const Node& child = nodes_[ch];
     const float* cc = centroid(ch);
-    for (int j = 0; j < dim_; ++j) acc[j] += static_cast<double>(child.count) * cc[j];
+    const float* cv = variance(ch);
+    const double w = child.count;
+    for (int j = 0; j < dim_; ++j) {
+      acc[j] += w * cc[j];
+      acc2[j] += w * (static_cast<double>(cv[j]) + static_cast<double>(cc[j]) * cc[j]);
+    }
     ext += static_cast<double>(child.count) * child.ext;
     count += child.count;
   }
   float* c = mutable_centroid(id);
-  for (int j = 0; j < dim_; ++j) c[j] = static_cast<float>(acc[j] / count);
+  float* v = var_.data() + static_cast<size_t>(id) * dim_;
+  for (int j = 0; j < dim_; ++j) {
+    const double mean = acc[j] / count;
+    c[j] = static_cast<float>(mean);
+    v[j] = static_cast<float>(std::max(0.0, acc2[j] / count - mean * mean));
+  }
   const float c_norm = Norm(c, dim_);
   float r = 0, far_d2 = -1;
   int32_t far_child = node.children[0];
@@ -106,7 +135,7 @@ void LeafTree::RefreshUp(int32_t id) {
 }
 
 int32_t LeafTree::AddLeafBall(const float* centroid, float radius, const float* far_key,
-                              const float* sq_norms, int n) {
+                              const float* variance, const float* sq_norms, int n) {
   ICECACHE_CHECK(root_ < 0 && n >= 1);
   const int32_t id = NewNode(0);
   const int32_t leaf = leaves();
@@ -116,6 +145,7 @@ int32_t LeafTree::AddLeafBall(const float* centroid, float radius, const float* 
   for (int t = 0; t < n; ++t) ext += ExtraCoord(max_sq_norm_, sq_norms[t]);
   std::copy_n(centroid, dim_, mutable_centroid(id));
   std::copy_n(far_key, dim_, far_.data() + static_cast<size_t>(id) * dim_);
+  std::copy_n(variance, dim_, var_.data() + static_cast<size_t>(id) * dim_);
   Node& node = nodes_[id];
   node.count = n;
   node.ext = static_cast<float>(ext / n);
@@ -266,7 +296,8 @@ void LeafTree::SplitOverflow(int32_t id) {
 
 int64_t LeafTree::MemoryBytes() const {
   int64_t b = static_cast<int64_t>(nodes_.capacity()) * sizeof(Node) +
-              static_cast<int64_t>(centroid_.capacity() + far_.capacity()) * sizeof(float) +
+              static_cast<int64_t>(centroid_.capacity() + far_.capacity() + var_.capacity()) *
+                  sizeof(float) +
               static_cast<int64_t>(leaf_node_.capacity()) * sizeof(int32_t);
   for (const Node& n : nodes_) b += static_cast<int64_t>(n.children.capacity()) * sizeof(int32_t);
   return b;

@@ -10,6 +10,9 @@
 // Every node also keeps one real key below it, its farthest key f: for a leaf the key farthest
 // from its mean (the one that sets the radius), for an inner node the children's farthest key
 // farthest from its own mean. q.f is an actual score the best-first search can rank a node by.
+// And every node keeps the per-dimension variance of the keys below it about its mean (an inner
+// node's from its children's variances and means), so the search can estimate how far the
+// node's keys spread along a query: sum_j q_j^2 var_j.
 //
 // Grouping is ball-tree style: the bulk build partitions the keys into leaves by recursive
 // balanced bisection in k' space (balanced_split.h), then partitions each level's centroids into
@@ -30,6 +33,9 @@ namespace icecache::ice {
 // radius r with |k - centroid| <= r for each of them (padded for rounding, mips.h Slack). With
 // `farthest`, also the index of the key farthest from the mean (the first of equals).
 float BallOf(const float* keys, int n, int dim, float* centroid, int* farthest = nullptr);
+// The per-dimension variance of `n` >= 1 keys ([n][dim]) about their mean `centroid` into
+// `variance` ([dim]).
+void KeyVariance(const float* keys, int n, int dim, const float* centroid, float* variance);
 
 class LeafTree {
  public:
@@ -58,7 +64,7 @@ class LeafTree {
   // and the farthest key, `far_key` [dim]) and their squared norms ([n], DotF(k, k)), computed
   // beforehand.
   int32_t AddLeafBall(const float* centroid, float radius, const float* far_key,
-                      const float* sq_norms, int n);
+                      const float* variance, const float* sq_norms, int n);
   // Groups the leaves into inner levels up to one root. REQUIRES: leaves() >= 1 and no inner
   // nodes yet.
   void BuildUpper();
@@ -95,6 +101,8 @@ class LeafTree {
   }
   // The key below the node farthest from its centroid (the one that sets its radius).
   const float* far_key(int32_t id) const { return far_.data() + static_cast<size_t>(id) * dim_; }
+  // The per-dimension variance of the keys below the node about its centroid.
+  const float* variance(int32_t id) const { return var_.data() + static_cast<size_t>(id) * dim_; }
   int32_t leaf_node(int32_t leaf) const { return leaf_node_[leaf]; }
   int64_t MemoryBytes() const;
 
@@ -112,9 +120,12 @@ class LeafTree {
   std::vector<Node> nodes_;
   std::vector<float> centroid_;     // [nodes][dim]
   std::vector<float> far_;          // [nodes][dim]
+  std::vector<float> var_;          // [nodes][dim]
   std::vector<int32_t> leaf_node_;  // leaf id -> node
   int32_t root_ = -1;
-  std::vector<double> acc_;  // RefreshNode's sums (kept: it runs for every ancestor per insertion)
+  // RefreshNode's sums of means and second moments (kept: it runs for every ancestor per
+  // insertion).
+  std::vector<double> acc_, acc2_;
 };
 
 }  // namespace icecache::ice

@@ -82,6 +82,7 @@ bool LayOutSegment(PagePool& pool, SegmentLayout* out, BuildScratch* scratch) {
   out->centroid.resize(groups.size() * d);
   out->radius.resize(groups.size());
   out->far.resize(groups.size() * d);
+  out->variance.resize(groups.size() * d);
   out->sq_norm.clear();
   out->sq_norm.reserve(n);
   std::vector<float>& group_keys = scratch->group_keys;
@@ -100,6 +101,8 @@ bool LayOutSegment(PagePool& pool, SegmentLayout* out, BuildScratch* scratch) {
     out->radius[g] = BallOf(group_keys.data(), static_cast<int>(groups[g].size()), d,
                             out->centroid.data() + g * d, &far);
     std::copy_n(group_keys.data() + static_cast<size_t>(far) * d, d, out->far.data() + g * d);
+    KeyVariance(group_keys.data(), static_cast<int>(groups[g].size()), d,
+                out->centroid.data() + g * d, out->variance.data() + g * d);
   }
   return true;
 }

@@ -40,6 +40,7 @@ struct SegmentLayout {
   std::vector<float> centroid;  // [leaves][dim]: each leaf's mean key (BallOf)
   std::vector<float> radius;    // [leaves]
   std::vector<float> far;       // [leaves][dim]: each leaf's key farthest from its mean
+  std::vector<float> variance;  // [leaves][dim]: each leaf's per-dimension key variance
   std::vector<float> sq_norm;   // |k|^2 of every laid-out token, leaf after leaf
 
   // Whether `pages` are still the pages it was laid out from (same ids and fill counts).

@@ -1,6 +1,7 @@
 #include "index/icecache/tree_search.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "core/check.h"
@@ -53,6 +54,8 @@ void PrepareQuery(const TreeQuery& query, SearchScratch* scratch) {
   for (int g = 0; g < query.group; ++g) {
     scratch->q_norm[g] = Norm(query.q + static_cast<size_t>(g) * query.dim, query.dim);
   }
+  scratch->q_sq.resize(static_cast<size_t>(query.group) * query.dim);
+  for (size_t i = 0; i < scratch->q_sq.size(); ++i) scratch->q_sq[i] = query.q[i] * query.q[i];
 }
 
 float Bound(const TreeQuery& query, const std::vector<float>& q_norm, const float* c, float r) {
@@ -75,30 +78,38 @@ void BestFirstSelect(const LeafTree& tree, const TreeQuery& query, const SearchW
   for (size_t i = 0; i < loose.size(); ++i) push(loose[i].score, kLoose, static_cast<int32_t>(i));
   if (!tree.empty()) {
     PrepareQuery(query, scratch);
-    // Nodes come out best first by the narrowed key max_g max(q_g.c + w |q_g| r, q_g.f), f the
-    // node's farthest key; an inner node that comes out is expanded, a leaf becomes a candidate,
-    // until `width.leaves` candidates. Each node's q.c is computed once: with it, the narrowed
-    // key orders the queue and the true bound keys a candidate in the scoring below.
-    std::vector<SearchScratch::Open>& open = scratch->open;  // a max-heap by narrowed key
+    // Nodes come out best first by the key max_g max(q_g.c + w sqrt(2 ln n) s_g, q_g.f), s_g the
+    // keys' spread along q_g and f the node's farthest key; an inner node that comes out is
+    // expanded, a leaf becomes a candidate, until `width.leaves` candidates. Each node's q.c is
+    // computed once: with it, the estimate orders the queue and the true bound keys a candidate
+    // in the scoring below.
+    std::vector<SearchScratch::Open>& open = scratch->open;  // a max-heap by key
     const auto less = [](const SearchScratch::Open& a, const SearchScratch::Open& b) {
       return a.key < b.key || (a.key == b.key && a.id > b.id);
     };
     auto add = [&](int32_t id) {
       const LeafTree::Node& n = tree.node(id);
-      float narrowed = -std::numeric_limits<float>::infinity(), bound = narrowed;
+      float key = -std::numeric_limits<float>::infinity(), bound = key;
+      // w sqrt(2 ln n): the best of n draws of a normal score sits about sqrt(2 ln n) standard
+      // deviations above their mean.
+      const float reach = width.spread_weight *
+                          std::sqrt(2.0f * std::log(static_cast<float>(std::max(2, n.count))));
       for (int g = 0; g < query.group; ++g) {
         const float qc =
             DotF(query.q + static_cast<size_t>(g) * query.dim, tree.centroid(id), query.dim);
-        const float qr = scratch->q_norm[g] * n.radius;
-        // The narrowed bound, or the score of the node's farthest key where that is higher: a
-        // key far out in the query's direction is a real score, which the narrowed bound alone
-        // would miss in a node whose other keys look elsewhere.
+        // The spread of the node's keys along q_g: sqrt(sum_j q_gj^2 var_j).
+        const float spread =
+            std::sqrt(std::max(0.0f, DotF(scratch->q_sq.data() + static_cast<size_t>(g) * query.dim,
+                                          tree.variance(id), query.dim)));
+        // The estimate, or the score of the node's farthest key where that is higher: a key far
+        // out in the query's direction is a real score, which the estimate alone would miss in a
+        // node whose other keys look elsewhere.
         const float qf =
             DotF(query.q + static_cast<size_t>(g) * query.dim, tree.far_key(id), query.dim);
-        narrowed = std::max(narrowed, std::max(qc + width.radius_weight * qr, qf));
-        bound = std::max(bound, qc + qr);
+        key = std::max(key, std::max(qc + reach * spread, qf));
+        bound = std::max(bound, qc + scratch->q_norm[g] * n.radius);
       }
-      open.push_back({narrowed, bound, id});
+      open.push_back({key, bound, id});
       std::push_heap(open.begin(), open.end(), less);
       ++stats->nodes_visited;
     };

@@ -4,12 +4,17 @@
 // yet, scored by the caller). Both searches fill the room greedily in descending score.
 //
 // BestFirstSelect (default): a best-first descent that only narrows the search. Nodes come
-// out of a priority queue by a narrowed bound, max_g (q_g.c + w |q_g| r) with a radius weight w
-// in [0, 1]: w = 1 is the true bound, which on real keys is dominated by the radius and ranks
-// nodes by size more than by direction; w = 0 is the centroid alone, which shrinks toward the
-// mean for large nodes. Where the node's farthest key (leaf_tree.h) scores higher, max_g q_g.f,
-// that real score is the key instead: a node whose keys mostly look elsewhere but hold one key
-// far out in the query's direction (a needle's digit among unrelated keys) is not left behind.
+// out of a priority queue by an estimate of the best score below them, max_g (q_g.c + w
+// sqrt(2 ln n) s_g): s_g = sqrt(sum_j q_gj^2 var_j) is the spread of the node's n keys along q_g
+// (var_j the per-dimension variance kept in the tree), and sqrt(2 ln n) spreads is about where
+// the best of n normal draws sits above their mean. The weight w in [0, 1] sets how far past the
+// mean the search looks: 0 is the centroid alone, which shrinks toward the mean for large nodes.
+// Unlike the radius bound q.c + |q| r, which on real keys ranks nodes by size more than by
+// direction, the estimate follows the keys' spread in the query's direction. Where the node's
+// farthest key (leaf_tree.h) scores higher, max_g q_g.f, that real score is the key instead: a
+// node whose keys mostly look elsewhere but hold one key far out in the query's direction (a
+// needle's digit among unrelated keys) is not left behind; a per-dimension variance spreads
+// such a key over every dimension and would miss it.
 // An inner node that comes out is expanded (its children's bounds are computed, and counted); a
 // leaf that comes out becomes a candidate, until `leaves` candidates.
 // The work therefore follows the query, not the context: where the best keys sit in a few
@@ -66,15 +71,17 @@ struct SearchScratch {
   };
   std::vector<Entry> heap;
   std::vector<float> q_norm;
+  std::vector<float> q_sq;  // [group][dim]: the query's squared coordinates
   struct Open {
-    float key;    // narrowed key: the narrowed bound, or the farthest key's score if higher
+    float key;    // the spread estimate, or the farthest key's score if higher
     float bound;  // true bound
     int32_t id;   // node
   };
   std::vector<Open> open;  // BestFirstSelect's queue of nodes
 };
 
-// Per-head norms of the query (scratch->q_norm) for Bound.
+// Per-head norms (scratch->q_norm, for Bound) and squared coordinates (scratch->q_sq) of the
+// query.
 void PrepareQuery(const TreeQuery& query, SearchScratch* scratch);
 // max_g (q_g.c + |q_g| r). REQUIRES: PrepareQuery(query, ...) filled q_norm.
 float Bound(const TreeQuery& query, const std::vector<float>& q_norm, const float* c, float r);
@@ -82,10 +89,10 @@ float Bound(const TreeQuery& query, const std::vector<float>& q_norm, const floa
 // Room: `tokens` tokens and `pages` pages. Picks (cleared first) come in selection order.
 // Bounds computed are added to stats->nodes_visited, exact q.k products (keys x group) to
 // stats->keys_scored.
-// How far BestFirstSelect searches: the radius weight w of its narrowed bound, and how many
-// leaves it gathers as candidates.
+// How far BestFirstSelect searches: the weight w of the keys' spread in its estimate, and how
+// many leaves it gathers as candidates.
 struct SearchWidth {
-  float radius_weight = 0.2f;
+  float spread_weight = 0.7f;
   int leaves = 1;
 };
 

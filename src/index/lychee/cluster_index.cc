@@ -1,7 +1,6 @@
 #include "index/lychee/cluster_index.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <limits>
 
 #include "core/check.h"
@@ -55,9 +54,7 @@ void ClusterIndex::Build(const KeyTable& all, uint64_t seed) {
   fine_sum_sq_.clear();
 
   // Coarse units: k-means over all chunk keys.
-  const int kcpc = getenv("LY_CPC") ? atoi(getenv("LY_CPC")) : kChunksPerCluster;   // TUNING-HACK
-  const int kfpc = getenv("LY_FPC") ? atoi(getenv("LY_FPC")) : kClustersPerCoarse;  // TUNING-HACK
-  const int per_coarse = kcpc * kfpc;
+  const int per_coarse = kChunksPerCluster * kClustersPerCoarse;
   const int n_coarse = std::clamp((n + per_coarse - 1) / per_coarse, 1, kMaxCoarse);
   KMeansResult top = KMeans(chunk_centroid_.data(), n, dim_, n_coarse, kKMeansIters, seed);
   std::vector<std::vector<int32_t>> members(top.k);
@@ -81,7 +78,7 @@ void ClusterIndex::Build(const KeyTable& all, uint64_t seed) {
     for (size_t i = 0; i < m.size(); ++i) {
       std::copy_n(chunk_centroid(m[i]), dim_, points.data() + i * dim_);
     }
-    const int k = static_cast<int>((m.size() + kcpc - 1) / kcpc);
+    const int k = static_cast<int>((m.size() + kChunksPerCluster - 1) / kChunksPerCluster);
     KMeansResult sub = KMeans(points.data(), static_cast<int>(m.size()), dim_, k, kKMeansIters,
                               seed ^ (0x9e3779b97f4a7c15ull * (u + 1)));
     const int32_t first_fine = fine_.size();
