@@ -366,7 +366,10 @@ TEST(IceCacheSearchTest, BestFirstSearchFindsALoneKeyFarOutAlongTheQuery) {
   // The spread estimate alone, q.c + w sqrt(2 ln n) sqrt(sum_j u_j^2 var_j), would rank the
   // needle's leaf last of all: one key among eight moves the mean little, and the per-dimension
   // variance spreads the needle's direction over every dimension.
-  const float w = SearchWidth{}.spread_weight;
+  KvConfig icecache;
+  icecache.policy = "icecache";
+  const float w = icecache.ResolvedSearchRadius();  // the default weight
+  ASSERT_GT(w, 0.0f);
   auto estimate = [&](int32_t leaf) {
     const int32_t n = tree.leaf_node(leaf);
     float v = 0;

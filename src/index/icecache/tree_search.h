@@ -90,9 +90,10 @@ float Bound(const TreeQuery& query, const std::vector<float>& q_norm, const floa
 // Bounds computed are added to stats->nodes_visited, exact q.k products (keys x group) to
 // stats->keys_scored.
 // How far BestFirstSelect searches: the weight w of the keys' spread in its estimate, and how
-// many leaves it gathers as candidates.
+// many leaves it gathers as candidates. IceCacheIndex::Width sets them from the KvConfig
+// (--kv-search-radius, whose icecache default is KvConfig::ResolvedSearchRadius's).
 struct SearchWidth {
-  float spread_weight = 0.7f;
+  float spread_weight = 0;
   int leaves = 1;
 };
 
