@@ -15,7 +15,7 @@
 //       --page the tokens per page of every policy (--kv-page).
 //   selection_bench build [--context 128K] [--layers 32] [--kv-heads 8] [--dim 128]
 //                         [--threads 0,1,...] [--policy icecache] [--budget 2048] [--dtype bf16]
-//                         [--decode N]
+//                         [--decode N] [--rank auto]
 //       the prompt's bulk index build as the engine runs it after prefill (every list of a
 //       sequence, one OnAppend, host worker threads), timed for each thread count listed; with
 //       --decode N, then N decode tokens appended one at a time, each OnAppend timed.
@@ -315,18 +315,23 @@ int Build(const Args& a) {
   o.dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32;
   o.kv.policy = Get(a, "policy", "icecache");
   o.kv.budget = static_cast<int>(std::stol(Get(a, "budget", "2048")));
+  o.kv.rank = Get(a, "rank", "auto");
   o.decode = static_cast<int>(std::stol(Get(a, "decode", "0")));
-  std::printf("bulk build of %d x %d lists of %lld keys (d %d, %s pages), policy %s budget %d\n\n",
-              o.layers, o.kv_heads, static_cast<long long>(o.context), o.dim, dtype.c_str(),
-              o.kv.policy.c_str(), o.kv.budget);
-  std::printf("| threads | fill s | build s | ms per list | lists / s |\n|--:|--:|--:|--:|--:|\n");
+  std::printf(
+      "bulk build of %d x %d lists of %lld keys (d %d, %s pages), policy %s rank %s budget %d\n\n",
+      o.layers, o.kv_heads, static_cast<long long>(o.context), o.dim, dtype.c_str(),
+      o.kv.policy.c_str(), o.kv.rank.c_str(), o.kv.budget);
+  std::printf(
+      "| threads | fill s | build s | ms per list | lists / s | index MiB |\n"
+      "|--:|--:|--:|--:|--:|--:|\n");
   for (int64_t t : *threads) {
     o.threads = static_cast<int>(t);
     auto r = RunBulkBuild(o);
     if (!r.ok()) return Fail(r.status());
-    std::printf("| %d | %.2f | %.2f | %.1f | %.1f |\n", r->threads, r->fill_seconds,
+    std::printf("| %d | %.2f | %.2f | %.1f | %.1f | %.1f |\n", r->threads, r->fill_seconds,
                 r->build_seconds, 1e3 * r->build_seconds / static_cast<double>(r->lists),
-                static_cast<double>(r->lists) / r->build_seconds);
+                static_cast<double>(r->lists) / r->build_seconds,
+                static_cast<double>(r->index_bytes) / (1 << 20));
     if (!r->step_seconds.empty()) {
       std::printf("\nOnAppend ms of decode tokens 1 to %zu (%d threads):", r->step_seconds.size(),
                   r->threads);

@@ -34,6 +34,7 @@ struct BulkBuildResult {
   double fill_seconds = 0, build_seconds = 0;
   int threads = 0;
   int64_t lists = 0;
+  int64_t index_bytes = 0;  // the index's host memory after the build (SequenceIndex::MemoryBytes)
   std::vector<double> step_seconds;  // OnAppend of each decode token
 };
 
@@ -112,6 +113,7 @@ inline Result<BulkBuildResult> RunBulkBuild(const BulkBuildOptions& o) {
   t0 = NowSeconds();
   ICECACHE_RETURN_IF_ERROR(index->OnAppend(seq, 0, tokens));
   r.build_seconds = NowSeconds() - t0;
+  r.index_bytes = index->MemoryBytes();
   // Decode: one token at a time, as the engine appends them (the tokens leaving the window are
   // inserted into the index once a page of them has left it).
   const std::vector<int32_t> one(1, 0);

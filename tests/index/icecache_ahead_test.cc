@@ -66,6 +66,8 @@ void ExpectSameTrees(const LeafTree& a, const LeafTree& b) {
     ASSERT_EQ(x.ext, y.ext) << "node " << n;
     ASSERT_EQ(x.radius, y.radius) << "node " << n;
     ASSERT_EQ(0, std::memcmp(a.centroid(n), b.centroid(n), sizeof(float) * kDim)) << "node " << n;
+    ASSERT_EQ(a.search_stats(), b.search_stats());
+    if (!a.search_stats()) continue;
     ASSERT_EQ(0, std::memcmp(a.far_key(n), b.far_key(n), sizeof(float) * kDim)) << "node " << n;
     ASSERT_EQ(0, std::memcmp(a.variance(n), b.variance(n), sizeof(float) * kDim)) << "node " << n;
   }

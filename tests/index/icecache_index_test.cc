@@ -5,6 +5,7 @@
 // forked sequence is taken over; truncation and a full pool are handled.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <set>
 
 #include "backend/backend.h"
@@ -183,6 +184,46 @@ TEST(IceCacheIndexTest, SameInputsGiveTheSameLayoutAndSelection) {
     runs.push_back(std::move(trace));
   }
   EXPECT_EQ(runs[0], runs[1]);
+}
+
+// The centroid ranking never runs the best-first search, so its trees leave out the farthest
+// keys and key variances: the same leaves, centroids, radii and layout as the soft ranking's
+// trees for the same keys, with a third less memory.
+TEST(IceCacheIndexTest, CentroidRankTreesLeaveOutTheSearchStatistics) {
+  const IceSetup s = MakeSetup(8);
+  KvConfig soft = IceConfig(64, 8), centroid = soft;
+  soft.rank = "soft";
+  centroid.rank = "centroid";
+  auto a = s.MakeIndex(soft);
+  auto b = s.MakeIndex(centroid);
+  auto ha = s.MakeHarness(soft, 1300);
+  auto hb = s.MakeHarness(centroid, 1300);
+  TestRng ra(5), rb(5), qrng(6);
+  TopicKeys keys(kDim, 4, 5);
+  while (ha->seq().length() < 1200) {
+    const int64_t n = 1 + ra.Below(60);
+    AppendTokens(*ha, *a, n, keys, ra);
+    AppendTokens(*hb, *b, n, keys, rb);
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeInvariants(*b, hb->seq(), 0, kGroup, qrng));
+  int64_t bytes_a = 0, bytes_b = 0;
+  for (int l = 0; l < kLayers; ++l) {
+    for (int h = 0; h < kKvHeads; ++h) {
+      const LeafTree &x = a->tree(l, h), &y = b->tree(l, h);
+      EXPECT_TRUE(x.search_stats());
+      EXPECT_FALSE(y.search_stats());
+      ASSERT_EQ(x.num_nodes(), y.num_nodes());
+      ASSERT_GT(x.leaves(), 10);
+      for (int32_t n = 0; n < x.num_nodes(); ++n) {
+        ASSERT_EQ(x.node(n).children, y.node(n).children) << "node " << n;
+        ASSERT_EQ(x.node(n).radius, y.node(n).radius) << "node " << n;
+        ASSERT_EQ(0, std::memcmp(x.centroid(n), y.centroid(n), sizeof(float) * kDim));
+      }
+      bytes_a += x.MemoryBytes();
+      bytes_b += y.MemoryBytes();
+    }
+  }
+  EXPECT_LT(bytes_b, bytes_a * 3 / 4);
 }
 
 // The positions page `p` holds.

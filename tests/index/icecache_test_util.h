@@ -175,15 +175,24 @@ inline void ExpectTreeInvariants(const IceCacheIndex& index, const KvSequence& s
               const double x = static_cast<double>(k[j]) - tree.centroid(n)[j];
               var[j] += x * x;
             }
-            ASSERT_GE(node.radius, DistD(k, tree.centroid(n), d)) << "radius misses a key";
-            farthest = std::max(farthest, DistD(k, tree.centroid(n), d));
-            far_found = far_found || std::equal(k, k + d, tree.far_key(n));
             ext += ExtraCoord(tree.max_sq_norm(), DotF(k, k, d));
             ++count;
             for (int g = 0; g < group; ++g) best = std::max(best, DotD(&q[g * d], k, d));
+            ASSERT_GE(node.radius, DistD(k, tree.centroid(n), d)) << "radius misses a key";
+            if (!tree.search_stats()) continue;
+            farthest = std::max(farthest, DistD(k, tree.centroid(n), d));
+            far_found = far_found || std::equal(k, k + d, tree.far_key(n));
           }
         }
         ASSERT_EQ(count, node.count);
+        ASSERT_NEAR(node.ext, ext / count, 1e-3 * (1 + std::abs(ext / count)));
+        double bound = -1e300;
+        for (int g = 0; g < group; ++g) {
+          const double qn = std::sqrt(DotD(&q[g * d], &q[g * d], d));
+          bound = std::max(bound, DotD(&q[g * d], tree.centroid(n), d) + qn * node.radius);
+        }
+        ASSERT_GE(bound, best) << "node bound below a key's q.k";
+        if (!tree.search_stats()) continue;
         for (int j = 0; j < d; ++j) {
           const double want = var[j] / count;
           ASSERT_NEAR(tree.variance(n)[j], want, 1e-4 * (1 + want)) << "node " << n << " dim " << j;
@@ -193,13 +202,6 @@ inline void ExpectTreeInvariants(const IceCacheIndex& index, const KvSequence& s
           ASSERT_NEAR(DistD(tree.far_key(n), tree.centroid(n), d), farthest, 1e-4 * (1 + farthest))
               << "a leaf's farthest key is not its farthest";
         }
-        ASSERT_NEAR(node.ext, ext / count, 1e-3 * (1 + std::abs(ext / count)));
-        double bound = -1e300;
-        for (int g = 0; g < group; ++g) {
-          const double qn = std::sqrt(DotD(&q[g * d], &q[g * d], d));
-          bound = std::max(bound, DotD(&q[g * d], tree.centroid(n), d) + qn * node.radius);
-        }
-        ASSERT_GE(bound, best) << "node bound below a key's q.k";
       }
       for (int32_t leaf = 0; leaf < tree.leaves(); ++leaf) {
         ASSERT_EQ(seen[tree.leaf_node(leaf)], 1) << "leaf not reachable";

@@ -68,7 +68,9 @@ IceCacheIndex::IceCacheIndex(const IndexContext& context) : context_(context) {
   const int p = context_.layout.page_size;
   sink_pages_ = (context_.limits.sink + p - 1) / p;
   lists_.resize(static_cast<size_t>(context_.layout.n_layers) * context_.layout.n_kv_heads);
-  for (ListState& s : lists_) s.tree = LeafTree(context_.layout.head_dim);
+  // Only the best-first search (rank soft) reads the farthest keys and variances.
+  const bool search_stats = !context_.config.exact && context_.config.rank != "centroid";
+  for (ListState& s : lists_) s.tree = LeafTree(context_.layout.head_dim, search_stats);
 }
 
 SearchWidth IceCacheIndex::Width(const KvConfig& config, int64_t pages) {

@@ -24,8 +24,10 @@ int32_t LeafTree::NewNode(int32_t level) {
   nodes_.emplace_back();
   nodes_.back().level = level;
   centroid_.resize(centroid_.size() + dim_, 0.0f);
-  far_.resize(far_.size() + dim_, 0.0f);
-  var_.resize(var_.size() + dim_, 0.0f);
+  if (search_stats_) {
+    far_.resize(far_.size() + dim_, 0.0f);
+    var_.resize(var_.size() + dim_, 0.0f);
+  }
   return id;
 }
 
@@ -71,9 +73,11 @@ void LeafTree::SetLeafStats(int32_t id, const float* keys, int n) {
   }
   int far = 0;
   const float r = BallOf(keys, n, dim_, mutable_centroid(id), &far);
-  std::copy_n(keys + static_cast<size_t>(far) * dim_, dim_,
-              far_.data() + static_cast<size_t>(id) * dim_);
-  KeyVariance(keys, n, dim_, centroid(id), var_.data() + static_cast<size_t>(id) * dim_);
+  if (search_stats_) {
+    std::copy_n(keys + static_cast<size_t>(far) * dim_, dim_,
+                far_.data() + static_cast<size_t>(id) * dim_);
+    KeyVariance(keys, n, dim_, centroid(id), var_.data() + static_cast<size_t>(id) * dim_);
+  }
   Node& node = nodes_[id];
   node.count = n;
   node.ext = static_cast<float>(ext / n);
@@ -92,21 +96,25 @@ void LeafTree::RefreshNode(int32_t id) {
   for (int32_t ch : node.children) {
     const Node& child = nodes_[ch];
     const float* cc = centroid(ch);
-    const float* cv = variance(ch);
     const double w = child.count;
-    for (int j = 0; j < dim_; ++j) {
-      acc[j] += w * cc[j];
-      acc2[j] += w * (static_cast<double>(cv[j]) + static_cast<double>(cc[j]) * cc[j]);
+    for (int j = 0; j < dim_; ++j) acc[j] += w * cc[j];
+    if (search_stats_) {
+      const float* cv = variance(ch);
+      for (int j = 0; j < dim_; ++j) {
+        acc2[j] += w * (static_cast<double>(cv[j]) + static_cast<double>(cc[j]) * cc[j]);
+      }
     }
     ext += static_cast<double>(child.count) * child.ext;
     count += child.count;
   }
   float* c = mutable_centroid(id);
-  float* v = var_.data() + static_cast<size_t>(id) * dim_;
-  for (int j = 0; j < dim_; ++j) {
-    const double mean = acc[j] / count;
-    c[j] = static_cast<float>(mean);
-    v[j] = static_cast<float>(std::max(0.0, acc2[j] / count - mean * mean));
+  for (int j = 0; j < dim_; ++j) c[j] = static_cast<float>(acc[j] / count);
+  if (search_stats_) {
+    float* v = var_.data() + static_cast<size_t>(id) * dim_;
+    for (int j = 0; j < dim_; ++j) {
+      const double mean = acc[j] / count;
+      v[j] = static_cast<float>(std::max(0.0, acc2[j] / count - mean * mean));
+    }
   }
   const float c_norm = Norm(c, dim_);
   float r = 0, far_d2 = -1;
@@ -116,13 +124,16 @@ void LeafTree::RefreshNode(int32_t id) {
     const float* cc = centroid(ch);
     const float reach = std::sqrt(SqDist(c, cc, dim_)) + child.radius;
     r = std::max(r, reach + Slack(c_norm + Norm(cc, dim_) + child.radius));
+    if (!search_stats_) continue;
     const float d2 = SqDist(c, far_key(ch), dim_);
     if (d2 > far_d2) {
       far_d2 = d2;
       far_child = ch;
     }
   }
-  std::copy_n(far_key(far_child), dim_, far_.data() + static_cast<size_t>(id) * dim_);
+  if (search_stats_) {
+    std::copy_n(far_key(far_child), dim_, far_.data() + static_cast<size_t>(id) * dim_);
+  }
   node.count = static_cast<int32_t>(count);
   node.ext = static_cast<float>(ext / count);
   node.radius = r;
@@ -144,8 +155,10 @@ int32_t LeafTree::AddLeafBall(const float* centroid, float radius, const float* 
   double ext = 0;
   for (int t = 0; t < n; ++t) ext += ExtraCoord(max_sq_norm_, sq_norms[t]);
   std::copy_n(centroid, dim_, mutable_centroid(id));
-  std::copy_n(far_key, dim_, far_.data() + static_cast<size_t>(id) * dim_);
-  std::copy_n(variance, dim_, var_.data() + static_cast<size_t>(id) * dim_);
+  if (search_stats_) {
+    std::copy_n(far_key, dim_, far_.data() + static_cast<size_t>(id) * dim_);
+    std::copy_n(variance, dim_, var_.data() + static_cast<size_t>(id) * dim_);
+  }
   Node& node = nodes_[id];
   node.count = n;
   node.ext = static_cast<float>(ext / n);

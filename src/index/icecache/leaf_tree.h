@@ -52,7 +52,11 @@ class LeafTree {
     std::vector<int32_t> children;  // nodes one level down
   };
 
-  explicit LeafTree(int dim = 0) : dim_(dim) {}
+  // `search_stats`: keep each node's farthest key and key variances, which only the best-first
+  // search reads (BestFirstSelect); a tree for the exact search or the centroid ranking leaves
+  // them out, a third of the memory.
+  explicit LeafTree(int dim = 0, bool search_stats = true)
+      : dim_(dim), search_stats_(search_stats) {}
 
   // Drops everything (keeps dim).
   void Clear();
@@ -99,9 +103,12 @@ class LeafTree {
   const float* centroid(int32_t id) const {
     return centroid_.data() + static_cast<size_t>(id) * dim_;
   }
+  bool search_stats() const { return search_stats_; }
   // The key below the node farthest from its centroid (the one that sets its radius).
+  // REQUIRES: search_stats().
   const float* far_key(int32_t id) const { return far_.data() + static_cast<size_t>(id) * dim_; }
   // The per-dimension variance of the keys below the node about its centroid.
+  // REQUIRES: search_stats().
   const float* variance(int32_t id) const { return var_.data() + static_cast<size_t>(id) * dim_; }
   int32_t leaf_node(int32_t leaf) const { return leaf_node_[leaf]; }
   int64_t MemoryBytes() const;
@@ -116,11 +123,12 @@ class LeafTree {
   void SplitOverflow(int32_t node);
 
   int dim_;
+  bool search_stats_;
   float max_sq_norm_ = 0;
   std::vector<Node> nodes_;
   std::vector<float> centroid_;     // [nodes][dim]
-  std::vector<float> far_;          // [nodes][dim]
-  std::vector<float> var_;          // [nodes][dim]
+  std::vector<float> far_;          // [nodes][dim], with search_stats_
+  std::vector<float> var_;          // [nodes][dim], with search_stats_
   std::vector<int32_t> leaf_node_;  // leaf id -> node
   int32_t root_ = -1;
   // RefreshNode's sums of means and second moments (kept: it runs for every ancestor per

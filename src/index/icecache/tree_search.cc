@@ -77,6 +77,7 @@ void BestFirstSelect(const LeafTree& tree, const TreeQuery& query, const SearchW
   auto push = [&](float key, int8_t kind, int32_t id) { Push(&heap, key, kind, id); };
   for (size_t i = 0; i < loose.size(); ++i) push(loose[i].score, kLoose, static_cast<int32_t>(i));
   if (!tree.empty()) {
+    ICECACHE_CHECK_MSG(tree.search_stats(), "best-first search over a tree without search stats");
     PrepareQuery(query, scratch);
     // Nodes come out best first by the key max_g max(q_g.c + w sqrt(2 ln n) s_g, q_g.f), s_g the
     // keys' spread along q_g and f the node's farthest key; an inner node that comes out is
