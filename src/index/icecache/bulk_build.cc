@@ -56,7 +56,7 @@ bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32
   }
   for (SegmentLayout& l : layouts) {
     if (l.leaves.empty() && !l.source.empty()) {
-      ICECACHE_CHECK_MSG(LayOutSegment(pool, &l, scratch),
+      ICECACHE_CHECK_MSG(LayOutSegment(pool, &l, scratch, tree->search_stats()),
                          "icecache: free pages were counted before laying out");
     }
   }
@@ -77,8 +77,10 @@ bool RebuildList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32
     size_t row = 0;
     for (size_t g = 0; g < l.leaves.size(); ++g) {
       head_pages.push_back(l.leaves[g]);
-      tree->AddLeafBall(l.centroid.data() + g * d, l.radius[g], l.far.data() + g * d,
-                        l.variance.data() + g * d, l.sq_norm.data() + row, l.leaves[g].len);
+      const bool stats = tree->search_stats();
+      tree->AddLeafBall(
+          l.centroid.data() + g * d, l.radius[g], stats ? l.far.data() + g * d : nullptr,
+          stats ? l.variance.data() + g * d : nullptr, l.sq_norm.data() + row, l.leaves[g].len);
       row += l.leaves[g].len;
     }
   }

@@ -64,13 +64,12 @@ class PageScorer : public LeafScorer {
 
 }  // namespace
 
-IceCacheIndex::IceCacheIndex(const IndexContext& context) : context_(context) {
+IceCacheIndex::IceCacheIndex(const IndexContext& context)
+    : context_(context), search_stats_(!context.config.exact && context.config.rank != "centroid") {
   const int p = context_.layout.page_size;
   sink_pages_ = (context_.limits.sink + p - 1) / p;
   lists_.resize(static_cast<size_t>(context_.layout.n_layers) * context_.layout.n_kv_heads);
-  // Only the best-first search (rank soft) reads the farthest keys and variances.
-  const bool search_stats = !context_.config.exact && context_.config.rank != "centroid";
-  for (ListState& s : lists_) s.tree = LeafTree(context_.layout.head_dim, search_stats);
+  for (ListState& s : lists_) s.tree = LeafTree(context_.layout.head_dim, search_stats_);
 }
 
 SearchWidth IceCacheIndex::Width(const KvConfig& config, int64_t pages) {
@@ -154,7 +153,8 @@ Status IceCacheIndex::OnPrefillChunk(const KvSequence& seq, int64_t prompt_end,
     context_.workers->ParallelFor(lists * per_list, 1, [&](int thread, int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         // A run the pool has no room for stays empty and is laid out by OnAppend.
-        LayOutSegment(pool, &ahead_[i / per_list][k0 + i % per_list], &ahead_scratch_[thread]);
+        LayOutSegment(pool, &ahead_[i / per_list][k0 + i % per_list], &ahead_scratch_[thread],
+                      search_stats_);
       }
     });
     ahead_busy_ = false;

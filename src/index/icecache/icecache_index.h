@@ -128,6 +128,8 @@ class IceCacheIndex : public SequenceIndex {
   void SelectReused(const KvSequence& seq, int layer, std::span<std::vector<PageRef>> out);
 
   IndexContext context_;
+  // Only the best-first search (rank soft) reads the trees' farthest keys and variances.
+  bool search_stats_;
   int32_t sink_pages_ = 0;
   bool started_ = false;
   std::atomic<int64_t> rebuilds_{0};

@@ -90,7 +90,7 @@ void LeafTree::RefreshNode(int32_t id) {
   std::vector<double>& acc = acc_;
   std::vector<double>& acc2 = acc2_;  // second moments: the children's variance + centroid^2
   acc.assign(dim_, 0.0);
-  acc2.assign(dim_, 0.0);
+  if (search_stats_) acc2.assign(dim_, 0.0);
   double ext = 0;
   int64_t count = 0;
   for (int32_t ch : node.children) {

@@ -65,8 +65,9 @@ class LeafTree {
   // call BuildUpper. `max_sq_norm` must bound |k|^2 of every key (set_max_sq_norm first).
   int32_t AddLeaf(const float* keys, int n);
   // The same leaf as AddLeaf over its keys, from their ball (BallOf: `centroid` [dim], `radius`
-  // and the farthest key, `far_key` [dim]) and their squared norms ([n], DotF(k, k)), computed
-  // beforehand.
+  // and the farthest key, `far_key` [dim]), their variances (`variance` [dim]) and their squared
+  // norms ([n], DotF(k, k)), computed beforehand. Without search_stats(), `far_key` and
+  // `variance` are not read (may be null).
   int32_t AddLeafBall(const float* centroid, float radius, const float* far_key,
                       const float* variance, const float* sq_norms, int n);
   // Groups the leaves into inner levels up to one root. REQUIRES: leaves() >= 1 and no inner

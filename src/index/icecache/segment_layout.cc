@@ -49,7 +49,7 @@ bool SegmentLayout::Matches(std::span<const PageRef> pages) const {
   return true;
 }
 
-bool LayOutSegment(PagePool& pool, SegmentLayout* out, BuildScratch* scratch) {
+bool LayOutSegment(PagePool& pool, SegmentLayout* out, BuildScratch* scratch, bool search_stats) {
   const KvPoolView view = pool.view();
   const int p = view.page_size, d = view.head_dim;
   std::vector<float>& keys = scratch->keys;
@@ -81,8 +81,8 @@ bool LayOutSegment(PagePool& pool, SegmentLayout* out, BuildScratch* scratch) {
   const RowCopier copier(view);
   out->centroid.resize(groups.size() * d);
   out->radius.resize(groups.size());
-  out->far.resize(groups.size() * d);
-  out->variance.resize(groups.size() * d);
+  out->far.resize(search_stats ? groups.size() * d : 0);
+  out->variance.resize(search_stats ? groups.size() * d : 0);
   out->sq_norm.clear();
   out->sq_norm.reserve(n);
   std::vector<float>& group_keys = scratch->group_keys;
@@ -98,11 +98,12 @@ bool LayOutSegment(PagePool& pool, SegmentLayout* out, BuildScratch* scratch) {
     }
     pool.Touch(id);
     int far = 0;
-    out->radius[g] = BallOf(group_keys.data(), static_cast<int>(groups[g].size()), d,
-                            out->centroid.data() + g * d, &far);
+    const int n_keys = static_cast<int>(groups[g].size());
+    out->radius[g] = BallOf(group_keys.data(), n_keys, d, out->centroid.data() + g * d, &far);
+    if (!search_stats) continue;
     std::copy_n(group_keys.data() + static_cast<size_t>(far) * d, d, out->far.data() + g * d);
-    KeyVariance(group_keys.data(), static_cast<int>(groups[g].size()), d,
-                out->centroid.data() + g * d, out->variance.data() + g * d);
+    KeyVariance(group_keys.data(), n_keys, d, out->centroid.data() + g * d,
+                out->variance.data() + g * d);
   }
   return true;
 }

@@ -39,8 +39,8 @@ struct SegmentLayout {
   std::vector<PageRef> leaves;  // the fresh pages, in leaf order
   std::vector<float> centroid;  // [leaves][dim]: each leaf's mean key (BallOf)
   std::vector<float> radius;    // [leaves]
-  std::vector<float> far;       // [leaves][dim]: each leaf's key farthest from its mean
-  std::vector<float> variance;  // [leaves][dim]: each leaf's per-dimension key variance
+  std::vector<float> far;       // [leaves][dim]: each leaf's key farthest from its mean (or empty)
+  std::vector<float> variance;  // [leaves][dim]: each leaf's per-dimension key variance (or empty)
   std::vector<float> sq_norm;   // |k|^2 of every laid-out token, leaf after leaf
 
   // Whether `pages` are still the pages it was laid out from (same ids and fill counts).
@@ -56,8 +56,10 @@ int64_t LeavesFor(std::span<const PageRef> source, int page_size);
 // Partitions the tokens of `out->source` into ceil(tokens / P) leaves and copies their rows (K, V
 // and position, bit for bit) into fresh pages of `pool`. Returns false, with nothing allocated,
 // when the pool has no spare room (PagePool::spare). Reads only the source pages and writes only
-// the fresh ones, so it may run while other pages of the pool are written.
-bool LayOutSegment(PagePool& pool, SegmentLayout* out, BuildScratch* scratch);
+// the fresh ones, so it may run while other pages of the pool are written. `search_stats`: also
+// record each leaf's farthest key and key variances (LeafTree::search_stats); otherwise `far` and
+// `variance` stay empty.
+bool LayOutSegment(PagePool& pool, SegmentLayout* out, BuildScratch* scratch, bool search_stats);
 
 // Returns a layout's leaf pages to the pool (a layout that will not be installed).
 void DiscardSegment(PagePool& pool, SegmentLayout* layout);
