@@ -186,6 +186,18 @@ class Backend {
   virtual void BeginSideWork() {}
   virtual void EndSideWork() {}
   virtual void JoinSideWork() {}
+  // Lanes: independent work of several sequences within one step. Between BeginLanes() and
+  // EndLanes(), Lane(i) (i >= 0) makes the operations that follow queue on lane i: ordered after
+  // everything queued before BeginLanes() and after lane i's earlier work, but free to run
+  // alongside the other lanes' work. EndLanes() orders everything queued after it after every
+  // lane's work. Lanes hold attention-phase operations only (page selection, page maps and
+  // attention: no copies, matrix products, allocations or waits), and no two lanes may write the
+  // same memory. A backend may fold lanes onto fewer queues (lane i on queue i mod its count);
+  // results never depend on the lanes. Where work runs as it is queued (the CPU), these do
+  // nothing.
+  virtual void BeginLanes() {}
+  virtual void Lane(int i) {}
+  virtual void EndLanes() {}
   // Host memory the backend copies from fastest (pinned on CUDA); zero-filled.
   virtual Result<Tensor> AllocateStaging(DType dtype, std::span<const int64_t> shape) {
     return Tensor::Host(dtype, shape);

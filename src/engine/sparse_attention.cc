@@ -156,8 +156,8 @@ void SparseAttention::AttendTable(const Tensor& q, const Tensor& out, int64_t to
   backend_->Attention(a);
 }
 
-Status SparseAttention::AttendDeviceSelected(int layer, const Tensor& q, const Tensor& out,
-                                             int64_t token, SequenceState& st) {
+void SparseAttention::AttendDeviceSelected(int layer, const Tensor& q, const Tensor& out,
+                                           int64_t token, SequenceState& st) {
   KvAccounting& acct = st.acct;
   DeviceSelection& sel = *st.device_select;
   const bool timed = phase_timing_ && backend_->device() != Device::kCpu;
@@ -182,7 +182,6 @@ Status SparseAttention::AttendDeviceSelected(int layer, const Tensor& q, const T
   }
   acct.nodes += sel.planned_nodes(layer);  // tokens: the device counters (SequenceState::Stats)
   ++acct.sparse_layer_steps;
-  return Status::Ok();
 }
 
 Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
@@ -203,6 +202,7 @@ Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
       if (st->sparse() && layer >= st->kv.dense_layers) st->acct.select_s += spent;
     }
   }
+  device_selected_.clear();
   for (size_t i = 0; i < states_.size(); ++i) {
     SequenceState& st = *states_[i];
     KvAccounting& acct = st.acct;
@@ -229,7 +229,7 @@ Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
       continue;
     }
     if (st.device_select) {
-      ICECACHE_RETURN_IF_ERROR(AttendDeviceSelected(layer, q, out, t, st));
+      device_selected_.push_back(i);  // after the host's work, below
       continue;
     }
     // select
@@ -285,6 +285,17 @@ Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
     acct.nodes += sel.nodes_visited;
     ++acct.sparse_layer_steps;
   }
+  // Sequences that select in backend memory queue only backend ops: one lane each, so that a
+  // GPU runs their small selection, map and attention kernels side by side (unless their phases
+  // are timed, which waits after each).
+  const bool lanes = device_selected_.size() > 1 && !(phase_timing_ && gpu);
+  if (lanes) backend_->BeginLanes();
+  for (size_t k = 0; k < device_selected_.size(); ++k) {
+    const size_t i = device_selected_[k];
+    if (lanes) backend_->Lane(static_cast<int>(k));
+    AttendDeviceSelected(layer, q, out, static_cast<int64_t>(i), *states_[i]);
+  }
+  if (lanes) backend_->EndLanes();
   return Status::Ok();
 }
 

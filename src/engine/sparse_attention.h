@@ -60,9 +60,10 @@ class SparseAttention : public LayerAttention {
   // Attention of one sequence's token over `table` (backend memory) in `pool`.
   void AttendTable(const Tensor& q, const Tensor& out, int64_t token, const PageTableView& table,
                    const KvPoolView& pool);
-  // A sequence whose selection runs in backend memory (DeviceSelection): no host round trip.
-  Status AttendDeviceSelected(int layer, const Tensor& q, const Tensor& out, int64_t token,
-                              SequenceState& st);
+  // A sequence whose selection runs in backend memory (DeviceSelection): no host round trip,
+  // backend ops only (so it may run in a lane).
+  void AttendDeviceSelected(int layer, const Tensor& q, const Tensor& out, int64_t token,
+                            SequenceState& st);
   // The layer's queries as host f32 [n_tokens][n_heads * head_dim] (a view of `q` on the CPU; a
   // converted copy on other backends).
   Result<const float*> HostQueries(const Tensor& q);
@@ -75,7 +76,8 @@ class SparseAttention : public LayerAttention {
   Tensor positions_;
   std::vector<std::vector<PageRef>> selected_, mapped_;
   std::vector<std::vector<int32_t>> token_slots_;
-  std::vector<int32_t> table_;  // host staging: indptr | indices | lens
+  std::vector<size_t> device_selected_;  // this layer's sequences that select in backend memory
+  std::vector<int32_t> table_;           // host staging: indptr | indices | lens
   Tensor table_dev_, q_host_, row_base_;
   std::vector<float> q_f32_;
   AttentionRecall recall_;

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -224,6 +225,46 @@ TEST_F(CudaOffload, PrefetchOnTheSideStreamChangesNoLogit) {
         "fetched, %.1f prefetched, hit rate %.3f\n",
         policy, want->kv.pages_fetched, want->kv.hit_rate, got->kv.pages_fetched,
         got->kv.pages_prefetched, got->kv.hit_rate);
+  }
+}
+
+// A batch whose sequences select on the device runs their selection, map and attention in lanes
+// (one stream each, Backend::BeginLanes). Lanes change when kernels run, never what they compute:
+// the same batch with lanes turned off (ICECACHE_CUDA_LANES=0, read when the backend is made)
+// generates exactly the same tokens. Four different prompts, budget 64 of 624 tokens.
+TEST_F(CudaOffload, LanesChangeNoToken) {
+  EngineOptions o{.context_size = 1024, .synthetic = "tiny"};
+  o.max_sequences = 4;
+  o.kv_select = "device";
+  std::vector<GenerateRequest> requests(4);
+  for (int r = 0; r < 4; ++r) {
+    for (int i = 0; i < kContext; ++i)
+      requests[r].prompt_tokens.push_back((i * 53 + 11 + r * 7) % 97 + 3);
+    requests[r].max_tokens = kSteps;
+    requests[r].ignore_eos = true;
+    requests[r].sampling.temperature = 0;
+  }
+  for (const char* policy : {"quest", "icecache"}) {
+    SCOPED_TRACE(policy);
+    o.kv.policy = policy;
+    o.kv.budget = 64;
+    setenv("ICECACHE_CUDA_LANES", "0", 1);
+    auto off = MakeEngine(o, "cuda", "on");
+    unsetenv("ICECACHE_CUDA_LANES");
+    auto on = MakeEngine(o, "cuda", "on");
+    ASSERT_TRUE(off && on);
+    auto want = off->GenerateBatch(requests);
+    auto got = on->GenerateBatch(requests);
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    ASSERT_EQ(got->size(), requests.size());
+    for (size_t r = 0; r < requests.size(); ++r) {
+      EXPECT_TRUE((*got)[r].stats.kv.device_select);
+      EXPECT_EQ((*got)[r].tokens.size(), static_cast<size_t>(kSteps));
+      EXPECT_EQ((*got)[r].tokens, (*want)[r].tokens) << "request " << r;
+    }
+    // Different prompts, different continuations: the batch is not one sequence four times.
+    EXPECT_NE((*got)[0].tokens, (*got)[1].tokens);
   }
 }
 

@@ -21,6 +21,9 @@ constexpr int64_t kSideGemmWorkspaceBytes = int64_t{4} << 20;  // side work's sm
 constexpr int64_t kDecodePartialFloats = int64_t{8} << 20;
 constexpr int64_t kDecodeLseFloats = int64_t{256} << 10;
 constexpr int64_t kDecodeCounters = int64_t{64} << 10;
+// Lanes (Backend::BeginLanes) fold onto this many streams by default: the device's default number
+// of hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS), beyond which streams share queues.
+constexpr int kDefaultLanes = 8;
 
 std::string Err(cudaError_t e) { return cudaGetErrorString(e); }
 
@@ -55,6 +58,7 @@ CudaBackend::~CudaBackend() {
   if (compute_) cudaStreamSynchronize(compute_.get());
   if (copy_) cudaStreamSynchronize(copy_.get());
   if (side_) cudaStreamSynchronize(side_.get());
+  for (LaneState& lane : lanes_) cudaStreamSynchronize(lane.stream.get());
   if (timing_start_) {
     CollectGraphTiming();
     std::fprintf(stderr, "[cuda] %d graphs captured, %lld replays\n", graphs_captured_,
@@ -176,7 +180,43 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
   base += kDecodeLseFloats;
   decode_ws_.counters = base;
   decode_ws_.counter_capacity = kDecodeCounters;
+  ICECACHE_RETURN_IF_ERROR(InitLanes());
   Synchronize();
+  return Status::Ok();
+}
+
+Status CudaBackend::InitLanes() {
+  // ICECACHE_CUDA_LANES=N: fold lanes onto N streams (0 or 1: none, lane work stays on the
+  // compute stream), to compare.
+  int n = kDefaultLanes;
+  if (const char* l = std::getenv("ICECACHE_CUDA_LANES"); l != nullptr && l[0] != '\0') {
+    n = std::clamp(std::atoi(l), 0, 32);
+  }
+  if (n < 2) return Status::Ok();
+  cudaEvent_t ev = nullptr;
+  cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (e != cudaSuccess) return Internal("cannot create a CUDA event: " + Err(e));
+  lanes_start_.reset(ev);
+  lanes_.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    LaneState& lane = lanes_[i];
+    cudaStream_t s = nullptr;
+    if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess) {
+      return Internal("cannot create a CUDA stream: " + Err(e));
+    }
+    lane.stream.reset(s);
+    if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess) {
+      return Internal("cannot create a CUDA event: " + Err(e));
+    }
+    lane.done.reset(ev);
+    // Slice i of the decode workspace (counters start zeroed and every launch leaves them so).
+    lane.ws.o_capacity = decode_ws_.o_capacity / n;
+    lane.ws.lse_capacity = decode_ws_.lse_capacity / n;
+    lane.ws.counter_capacity = decode_ws_.counter_capacity / n;
+    lane.ws.partial_o = decode_ws_.partial_o + i * lane.ws.o_capacity;
+    lane.ws.partial_lse = decode_ws_.partial_lse + i * lane.ws.lse_capacity;
+    lane.ws.counters = decode_ws_.counters + i * lane.ws.counter_capacity;
+  }
   return Status::Ok();
 }
 
@@ -251,6 +291,7 @@ Result<Tensor> CudaBackend::AllocateStaging(DType dtype, std::span<const int64_t
 
 void CudaBackend::CopyAfterCompute() {
   ICECACHE_CHECK_MSG(!on_side_, "copies are not side work");
+  ICECACHE_CHECK_MSG(!in_lanes_, "copies are not lane work");
   CheckCuda(cudaEventRecord(compute_done_.get(), compute_.get()), "cudaEventRecord");
   CheckCuda(cudaStreamWaitEvent(copy_.get(), compute_done_.get(), 0), "cudaStreamWaitEvent");
 }
@@ -436,7 +477,42 @@ void CudaBackend::JoinSideWork() {
   side_pending_ = false;
 }
 
+void CudaBackend::BeginLanes() {
+  ICECACHE_CHECK_MSG(!on_side_ && !in_lanes_, "lanes do not nest and are not side work");
+  in_lanes_ = true;
+  lane_ = -1;
+  if (lanes_.empty()) return;
+  CheckCuda(cudaEventRecord(lanes_start_.get(), compute_.get()), "cudaEventRecord (lanes)");
+}
+
+void CudaBackend::Lane(int i) {
+  ICECACHE_CHECK_MSG(in_lanes_ && i >= 0, "Lane outside BeginLanes/EndLanes");
+  if (lanes_.empty()) return;
+  const int l = i % static_cast<int>(lanes_.size());
+  LaneState& lane = lanes_[l];
+  if (!lane.used) {
+    CheckCuda(cudaStreamWaitEvent(lane.stream.get(), lanes_start_.get(), 0),
+              "cudaStreamWaitEvent (lane)");
+    lane.used = true;
+  }
+  lane_ = l;
+}
+
+void CudaBackend::EndLanes() {
+  ICECACHE_CHECK_MSG(in_lanes_, "EndLanes without BeginLanes");
+  for (LaneState& lane : lanes_) {
+    if (!lane.used) continue;
+    CheckCuda(cudaEventRecord(lane.done.get(), lane.stream.get()), "cudaEventRecord (lane)");
+    CheckCuda(cudaStreamWaitEvent(compute_.get(), lane.done.get(), 0),
+              "cudaStreamWaitEvent (lane)");
+    lane.used = false;
+  }
+  lane_ = -1;
+  in_lanes_ = false;
+}
+
 void CudaBackend::Synchronize() {
+  ICECACHE_CHECK_MSG(!in_lanes_, "Synchronize inside lanes");
   JoinSideWork();
   CheckCuda(cudaStreamSynchronize(compute_.get()), "cudaStreamSynchronize (compute)");
   CheckCuda(cudaStreamSynchronize(copy_.get()), "cudaStreamSynchronize (copy)");

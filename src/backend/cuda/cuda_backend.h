@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/backend.h"
 #include "kernels/cuda/launch.h"
@@ -82,9 +83,18 @@ class CudaBackend final : public Backend {
   void BeginSideWork() override;
   void EndSideWork() override;
   void JoinSideWork() override;
+  void BeginLanes() override;
+  void Lane(int i) override;
+  void EndLanes() override;
 
-  // Where operations queue: the compute stream, or the side stream during side work.
-  kernels::Stream stream() const { return on_side_ ? side_.get() : compute_.get(); }
+  // Where operations queue: the compute stream, the side stream during side work, or the current
+  // lane's stream between BeginLanes and EndLanes.
+  kernels::Stream stream() const {
+    if (on_side_) return side_.get();
+    return lane_ >= 0 ? lanes_[lane_].stream.get() : compute_.get();
+  }
+  // Streams that lanes fold onto (ICECACHE_CUDA_LANES=N sets it, 0 or 1: no lanes).
+  int lane_streams() const { return static_cast<int>(lanes_.size()); }
   int num_sms() const { return num_sms_; }
   // Graphs captured so far and replays run (for tests and logs).
   int graphs_captured() const { return graphs_captured_; }
@@ -114,6 +124,7 @@ class CudaBackend final : public Backend {
  private:
   CudaBackend();
   Status Init(const CudaBackendOptions& options);
+  Status InitLanes();
   // Orders the copy stream after the compute work queued so far.
   void CopyAfterCompute();
   // Orders the compute stream after the copies queued so far.
@@ -141,6 +152,23 @@ class CudaBackend final : public Backend {
   std::unique_ptr<GemmRunner> gemm_, side_gemm_;
   Tensor decode_scratch_;  // partial outputs, log-sum-exps and counters of decode attention
   kernels::DecodeWorkspace decode_ws_;
+  // Lanes (Backend::BeginLanes): a stream, the event that ends its work, and a slice of the
+  // decode workspace each (the main workspace is idle while lanes run: they are ordered after
+  // the compute stream's work and before what follows EndLanes).
+  struct LaneState {
+    StreamPtr stream;
+    EventPtr done;
+    kernels::DecodeWorkspace ws;
+    bool used = false;  // queued work since BeginLanes
+  };
+  std::vector<LaneState> lanes_;
+  EventPtr lanes_start_;
+  bool in_lanes_ = false;
+  int lane_ = -1;  // the lane operations queue on, or -1 (compute or side stream)
+  // The decode workspace of the stream operations queue on.
+  const kernels::DecodeWorkspace& decode_ws() const {
+    return lane_ >= 0 ? lanes_[lane_].ws : decode_ws_;
+  }
 
   struct Graph {
     int eager_runs = 0;

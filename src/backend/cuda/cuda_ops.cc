@@ -91,6 +91,7 @@ void CudaBackend::DoMatMul(const Tensor& x, const Tensor& w, const Tensor* bias,
     CheckCuda(kernels::LaunchGemv(stream(), x.data(), w.data(), b, y.data(), yt, n, m, k), "GEMV");
     return;
   }
+  ICECACHE_CHECK_MSG(lane_ < 0, "matrix products are not lane work (one GEMM workspace)");
   const int st = (on_side_ ? side_gemm_ : gemm_)
                      ->Run(stream(), x.data(), w.data(), y.data(), yt == ElemType::kF32, n, m, k);
   ICECACHE_CHECK_MSG(st == 0, ("cuBLASLt matmul failed with status " + std::to_string(st) +
@@ -209,8 +210,10 @@ void CudaBackend::DoAttention(const AttentionArgs& args) {
   // per row (prefill chunks): the tensor-core kernel. Both are exact for any mapping.
   const int64_t seqs = std::max<int64_t>(1, p.num_rows / std::max(1, p.n_kv_heads));
   if (p.n_tokens < 4 * seqs) {
-    const int splits = kernels::DecodeSplits(p, decode_ws_, num_sms_);
-    CheckCuda(kernels::LaunchDecodeAttention(stream(), p, splits, decode_ws_), "decode attention");
+    // A lane's workspace is a slice of the main one: the splits stay those of the main one
+    // whenever they fit the slice, so that a sequence's result does not depend on lanes.
+    const int splits = kernels::DecodeSplits(p, decode_ws(), num_sms_);
+    CheckCuda(kernels::LaunchDecodeAttention(stream(), p, splits, decode_ws()), "decode attention");
   } else {
     CheckCuda(kernels::LaunchPrefillAttention(stream(), p), "prefill attention");
   }
