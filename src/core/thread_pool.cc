@@ -57,6 +57,20 @@ bool SpinUntil(Pred pred) {
   }
 }
 
+// The pool whose range the current thread is running, if any: a ParallelFor on that pool from
+// inside it runs inline.
+thread_local const void* tls_running_pool = nullptr;
+
+// Marks the current thread as running a range of `pool` for its lifetime.
+class RunningRange {
+ public:
+  explicit RunningRange(const void* pool) : saved_(tls_running_pool) { tls_running_pool = pool; }
+  ~RunningRange() { tls_running_pool = saved_; }
+
+ private:
+  const void* saved_;
+};
+
 }  // namespace
 
 struct ThreadPool::Impl {
@@ -93,6 +107,7 @@ struct ThreadPool::Impl {
     const int64_t c1 = (r + 1) * chunks / ranges;
     const int64_t begin = c0 * grain;
     const int64_t end = std::min(n, c1 * grain);
+    const RunningRange running(this);
     if (begin < end) (*fn)(r, begin, end);
   }
 
@@ -158,7 +173,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   if (grain < 1) grain = 1;
   const int64_t chunks = (n + grain - 1) / grain;
   const int ranges = static_cast<int>(std::min<int64_t>(chunks, size_));
-  if (ranges == 1) {
+  if (ranges == 1 || tls_running_pool == impl_.get()) {
     fn(0, 0, n);
     return;
   }

@@ -19,7 +19,9 @@ class ThreadPool {
   int size() const { return size_; }
   // Runs fn(thread_index, begin, end) over [0, n) split into at most size() contiguous ranges
   // of whole `grain`-sized chunks. thread_index is in [0, size()) and unique per call, so it can
-  // pick a per-thread scratch buffer. Not reentrant: fn must not call ParallelFor on this pool.
+  // pick a per-thread scratch buffer. A call made from inside one of this pool's ranges (work
+  // that is itself spread over the pool) runs inline on the calling thread as fn(0, 0, n). Calls
+  // from two outside threads at once are not allowed.
   void ParallelFor(int64_t n, int64_t grain,
                    const std::function<void(int thread_index, int64_t begin, int64_t end)>& fn);
 

@@ -364,13 +364,63 @@ Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
   for (size_t i = 0; i < states.size(); ++i) {
     SequenceState& st = *states[i];
     ChargeStep(st, tokens[i], dt, st.seq.length(), sparse);
-    // The step's device work (AfterForward waits for it) counts as the step's, the index's host
-    // work after it also as "index update".
-    const double u0 = NowSeconds();
-    ICECACHE_RETURN_IF_ERROR(AfterForward(st, st.seq.length() - 1, tokens.subspan(i, 1)));
-    st.acct.total_s += NowSeconds() - u0;
   }
+  ICECACHE_RETURN_IF_ERROR(AfterDecodeStep(states, tokens));
   return out;
+}
+
+Status EngineImpl::AfterDecodeStep(std::span<SequenceState* const> states,
+                                   std::span<const int32_t> tokens) {
+  std::vector<size_t> indexed;
+  for (size_t i = 0; i < states.size(); ++i) {
+    if (states[i]->index) indexed.push_back(i);
+  }
+  bool together = indexed.size() > 1 && index_workers_->size() > 1;
+  if (together) {
+    // Indexes read and re-arrange the host tier on the host: wait for the device's KV writes.
+    if (backend_->device() != Device::kCpu) backend_->Synchronize();
+    int64_t need = 0;
+    for (size_t i : indexed) {
+      const int64_t pages = states[i]->index->AppendPagesBound(states[i]->seq);
+      if (pages < 0) together = false;
+      need += std::max<int64_t>(pages, 0);
+    }
+    together = together && need <= pool_->spare();
+  }
+  if (!together) {
+    for (size_t i = 0; i < states.size(); ++i) {
+      SequenceState& st = *states[i];
+      // The step's device work (AfterForward waits for it) counts as the step's, the index's
+      // host work after it also as "index update".
+      const double u0 = NowSeconds();
+      ICECACHE_RETURN_IF_ERROR(AfterForward(st, st.seq.length() - 1, tokens.subspan(i, 1)));
+      st.acct.total_s += NowSeconds() - u0;
+    }
+    return Status::Ok();
+  }
+  ++parallel_index_updates_;
+  const double u0 = NowSeconds();
+  std::vector<Status> status(indexed.size(), Status::Ok());
+  std::vector<double> took(indexed.size(), 0.0);
+  index_workers_->ParallelFor(
+      static_cast<int64_t>(indexed.size()), 1, [&](int, int64_t begin, int64_t end) {
+        for (int64_t k = begin; k < end; ++k) {
+          const size_t i = indexed[k];
+          SequenceState& st = *states[i];
+          const double t = NowSeconds();
+          status[k] = st.index->OnAppend(st.seq, st.seq.length() - 1, tokens.subspan(i, 1));
+          took[k] = NowSeconds() - t;
+        }
+      });
+  const double wall = NowSeconds() - u0;
+  for (size_t k = 0; k < indexed.size(); ++k) {
+    KvAccounting& acct = states[indexed[k]]->acct;
+    acct.update_s += took[k];
+    if (!acct.step_update_s.empty()) acct.step_update_s.back() += took[k];
+  }
+  for (SequenceState* st : states) st->acct.total_s += wall;
+  for (const Status& st : status) ICECACHE_RETURN_IF_ERROR(st);
+  return Status::Ok();
 }
 
 double SteadyStepSeconds(std::vector<double> steps) {

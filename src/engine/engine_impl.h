@@ -58,6 +58,8 @@ class EngineImpl : public Engine {
   // Whether a sequence of `config` selects in device memory (--kv-select and the policy); an
   // error when --kv-select device asks for what the device cannot do.
   Result<bool> SelectsOnDevice(const KvConfig& config) const;
+  // Decode steps whose sequences' indexes updated side by side (AfterDecodeStep), for tests.
+  int64_t parallel_index_updates() const { return parallel_index_updates_; }
   // A copy of `state` (pages and history) under policy `kv`.
   Result<std::unique_ptr<SequenceState>> ForkState(const SequenceState& state, const KvConfig& kv);
 
@@ -90,6 +92,11 @@ class EngineImpl : public Engine {
   void ChargeStep(SequenceState& state, int32_t token, double seconds, int64_t length, bool sparse);
   // Tells the sequence's index about tokens [first, length) just appended.
   Status AfterForward(SequenceState& state, int64_t first, std::span<const int32_t> tokens);
+  // AfterForward for every sequence of a decode step (tokens[i] was appended to states[i]): the
+  // indexes update side by side on the index workers when their page bounds fit the pool
+  // together (SequenceIndex::AppendPagesBound), else one after another. Charges each state's
+  // index update and, to its step, the time all of them took.
+  Status AfterDecodeStep(std::span<SequenceState* const> states, std::span<const int32_t> tokens);
   IndexContext IndexFor(const KvConfig& kv) const;
 
   EngineOptions options_;
@@ -100,8 +107,10 @@ class EngineImpl : public Engine {
   std::unique_ptr<SparseAttention> sparse_;
   // Dense attention when the KV is offloaded (null otherwise: the transformer's own).
   std::unique_ptr<StagedAttention> staged_;
-  // Host threads the sequences' indexes maintain their lists with (one index at a time).
+  // Host threads the sequences' indexes maintain their lists with: one index at a time, or the
+  // indexes of a decode step's sequences side by side (each one's own work then inline).
   std::unique_ptr<ThreadPool> index_workers_;
+  int64_t parallel_index_updates_ = 0;
   ModelInfo info_;
 };
 

@@ -84,6 +84,7 @@ class OracleIndex : public SequenceIndex {
   }
 
   int64_t MemoryBytes() const override { return 0; }
+  int64_t AppendPagesBound(const KvSequence&) override { return 0; }  // allocates none
 
  private:
   int Group() const { return c_.n_heads / c_.layout.n_kv_heads; }

@@ -92,6 +92,13 @@ class SequenceIndex {
 
   // Bytes of index metadata (not K/V).
   virtual int64_t MemoryBytes() const = 0;
+
+  // At most how many pool pages the next OnAppend may allocate (before it frees any), with `seq`
+  // as it is now (the new tokens appended), or -1 when the index cannot tell. The engine runs the
+  // OnAppends of several sequences at once, each on its own thread, only when the bounds of all
+  // of them fit the pool's spare pages together (then none of them can find the pool short).
+  // Default: -1 (the sequence's OnAppend runs alone).
+  virtual int64_t AppendPagesBound(const KvSequence& seq) { return -1; }
 };
 
 // The limits a config implies (budget, page count, resolved sink and window).

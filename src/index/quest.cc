@@ -58,6 +58,7 @@ class QuestIndex : public SequenceIndex {
     }
   }
 
+  int64_t AppendPagesBound(const KvSequence&) override { return 0; }  // allocates none
   int64_t MemoryBytes() const override {
     return static_cast<int64_t>(bounds_.size()) *
            (static_cast<int64_t>(2 * c_.layout.head_dim) * 4 + 16);

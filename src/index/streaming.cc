@@ -24,6 +24,7 @@ class StreamingIndex : public SequenceIndex {
     }
   }
   int64_t MemoryBytes() const override { return 0; }
+  int64_t AppendPagesBound(const KvSequence&) override { return 0; }  // allocates none
 
  private:
   IndexContext c_;

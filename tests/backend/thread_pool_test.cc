@@ -129,6 +129,29 @@ TEST(ThreadPoolTest, ThreadIndexSelectsPrivateScratch) {
   EXPECT_EQ(sum, 100 * (999 * 1000 / 2));
 }
 
+// Work spread over the pool whose parts spread their own work over it (sequences updated in
+// parallel, each index laying out its lists in parallel): the inner calls run inline on the
+// thread of their range, cover their indices once, and see thread index 0.
+TEST(ThreadPoolTest, NestedCallsRunInline) {
+  ThreadPool pool(4);
+  std::vector<std::atomic<int>> hits(8 * 100);
+  std::atomic<int> inner_threads_not_zero{0};
+  for (int call = 0; call < 20; ++call) {
+    for (auto& h : hits) h.store(0);
+    pool.ParallelFor(8, 1, [&](int, int64_t b, int64_t e) {
+      for (int64_t outer = b; outer < e; ++outer) {
+        pool.ParallelFor(100, 3, [&](int thread, int64_t ib, int64_t ie) {
+          if (thread != 0) ++inner_threads_not_zero;
+          for (int64_t i = ib; i < ie; ++i) ++hits[outer * 100 + i];
+        });
+      }
+    });
+    for (const auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
+  EXPECT_EQ(inner_threads_not_zero.load(), 0);
+  CheckCall(pool, 1000, 7);  // the pool still spreads calls from outside
+}
+
 TEST(ThreadPoolTest, DestroysWhileWorkersSleepOrSpin) {
   for (int i = 0; i < 50; ++i) {
     ThreadPool pool(3);

@@ -233,6 +233,28 @@ Status IceCacheIndex::Append(KvSequence& seq) {
   return Status::Ok();
 }
 
+int64_t IceCacheIndex::AppendPagesBound(const KvSequence& seq) {
+  if (ahead_busy_.load() || !ahead_.empty()) return -1;  // a prompt's runs are laid out ahead
+  const int n_layers = context_.layout.n_layers, heads = context_.layout.n_kv_heads;
+  const int l0 = context_.config.dense_layers;
+  const int64_t len = seq.length();
+  if (l0 >= n_layers) return 0;
+  if (!started_) {
+    for (int l = l0; l < n_layers; ++l) {
+      for (int h = 0; h < heads; ++h) {
+        if (seq.tail_index(l, h) > 0) return -1;  // a fork's lists, adopted first: not counted
+      }
+    }
+    if (len <= context_.limits.budget) return 0;
+  }
+  const int64_t limit = len - context_.limits.window;
+  int64_t pages = 0;
+  for (int l = l0; l < n_layers; ++l) {
+    for (int h = 0; h < heads; ++h) pages += AbsorbPages(seq, l, h, limit);
+  }
+  return pages;
+}
+
 int64_t IceCacheIndex::AbsorbPages(const KvSequence& seq, int layer, int head, int64_t limit) {
   const int p = context_.layout.page_size;
   const ListState& s = state(layer, head);

@@ -68,6 +68,7 @@ class IceCacheIndex : public SequenceIndex {
               SelectionStats* stats) override;
   void OnTruncate(const KvSequence& seq) override;
   int64_t MemoryBytes() const override;
+  int64_t AppendPagesBound(const KvSequence& seq) override;
 
   // Inspection for tests and benchmarks.
   bool started() const { return started_; }
