@@ -375,7 +375,10 @@ Status EngineImpl::AfterDecodeStep(std::span<SequenceState* const> states,
   for (size_t i = 0; i < states.size(); ++i) {
     if (states[i]->index) indexed.push_back(i);
   }
-  bool together = indexed.size() > 1 && index_workers_->size() > 1;
+  // Side by side, each index works on one thread; alone, it spreads its lists over all of them.
+  // So a few sequences on many workers update one after another.
+  const size_t workers = static_cast<size_t>(index_workers_->size());
+  bool together = indexed.size() > 1 && workers > 1 && 2 * indexed.size() >= workers;
   if (together) {
     // Indexes read and re-arrange the host tier on the host: wait for the device's KV writes.
     if (backend_->device() != Device::kCpu) backend_->Synchronize();

@@ -93,9 +93,10 @@ class EngineImpl : public Engine {
   // Tells the sequence's index about tokens [first, length) just appended.
   Status AfterForward(SequenceState& state, int64_t first, std::span<const int32_t> tokens);
   // AfterForward for every sequence of a decode step (tokens[i] was appended to states[i]): the
-  // indexes update side by side on the index workers when their page bounds fit the pool
-  // together (SequenceIndex::AppendPagesBound), else one after another. Charges each state's
-  // index update and, to its step, the time all of them took.
+  // indexes update side by side on the index workers when there are at least half as many of
+  // them as workers and their page bounds fit the pool together
+  // (SequenceIndex::AppendPagesBound), else one after another. Charges each state's index update
+  // and, to its step, the time all of them took.
   Status AfterDecodeStep(std::span<SequenceState* const> states, std::span<const int32_t> tokens);
   IndexContext IndexFor(const KvConfig& kv) const;
 
