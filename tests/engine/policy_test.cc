@@ -245,34 +245,37 @@ TEST_F(PolicyTest, SamplingWithPolicyIsDeterministicForASeed) {
 }
 
 // A decode step updates its sequences' indexes side by side (each on an index worker) when their
-// page needs fit the pool together. Icecache's insertions and leaf splits then run for three
-// sequences at once; each must end as it does alone: the batch generates what each request
-// generates by itself (whose updates run one at a time).
+// page needs fit the pool together. Icecache's insertions and leaf splits, and lychee's chunk
+// layouts, then run for three sequences at once; each must end as it does alone: the batch
+// generates what each request generates by itself (whose updates run one at a time).
 TEST_F(PolicyTest, IndexesOfABatchUpdateSideBySideAsAlone) {
-  EngineOptions o{.model = *dir_, .context_size = 1024, .prefill_chunk = 64, .max_sequences = 3};
-  o.threads = 2;  // two index workers, whatever this machine has
-  o.kv = Policy("icecache", 64);
-  auto made = Engine::Create(o);
-  ASSERT_TRUE(made.ok()) << made.status().message();
-  Engine& api = **made;
-  auto* engine = static_cast<EngineImpl*>(&api);
-  std::vector<GenerateRequest> reqs(3);
-  for (int i = 0; i < 3; ++i) {
-    reqs[i].prompt_tokens = Tokens(300 + 50 * i, 7 + i);
-    reqs[i].max_tokens = 40;  // 40 tokens leave the window: five pages of 8 absorbed
-    reqs[i].ignore_eos = true;
+  for (const char* name : {"icecache", "lychee"}) {
+    SCOPED_TRACE(name);
+    EngineOptions o{.model = *dir_, .context_size = 1024, .prefill_chunk = 64, .max_sequences = 3};
+    o.threads = 2;  // two index workers, whatever this machine has
+    o.kv = Policy(name, 64);
+    auto made = Engine::Create(o);
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    Engine& api = **made;
+    auto* engine = static_cast<EngineImpl*>(&api);
+    std::vector<GenerateRequest> reqs(3);
+    for (int i = 0; i < 3; ++i) {
+      reqs[i].prompt_tokens = Tokens(300 + 50 * i, 7 + i);
+      reqs[i].max_tokens = 40;  // 40 tokens leave the window: five pages of 8 absorbed
+      reqs[i].ignore_eos = true;
+    }
+    auto batch = api.GenerateBatch(reqs);
+    ASSERT_TRUE(batch.ok()) << batch.status().message();
+    EXPECT_GT(engine->parallel_index_updates(), 30);
+    const int64_t batched = engine->parallel_index_updates();
+    for (int i = 0; i < 3; ++i) {
+      auto single = api.Generate(reqs[i]);
+      ASSERT_TRUE(single.ok()) << single.status().message();
+      EXPECT_EQ((*batch)[i].tokens, single->tokens) << "request " << i;
+      EXPECT_GT((*batch)[i].stats.kv.update_seconds, 0.0);
+    }
+    EXPECT_EQ(engine->parallel_index_updates(), batched);  // a single sequence updates alone
   }
-  auto batch = api.GenerateBatch(reqs);
-  ASSERT_TRUE(batch.ok()) << batch.status().message();
-  EXPECT_GT(engine->parallel_index_updates(), 30);
-  const int64_t batched = engine->parallel_index_updates();
-  for (int i = 0; i < 3; ++i) {
-    auto single = api.Generate(reqs[i]);
-    ASSERT_TRUE(single.ok()) << single.status().message();
-    EXPECT_EQ((*batch)[i].tokens, single->tokens) << "request " << i;
-    EXPECT_GT((*batch)[i].stats.kv.update_seconds, 0.0);
-  }
-  EXPECT_EQ(engine->parallel_index_updates(), batched);  // a single sequence updates alone
 }
 
 TEST_F(PolicyTest, UnimplementedOrInvalidPolicyConfigsAreErrors) {

@@ -124,6 +124,24 @@ Status LycheeIndex::OnAppend(KvSequence& seq, int64_t first, std::span<const int
   return Status::Ok();
 }
 
+int64_t LycheeIndex::AppendPagesBound(const KvSequence& seq) {
+  const int p = context_.layout.page_size;
+  const int l0 = context_.config.dense_layers, n_layers = context_.layout.n_layers;
+  if (l0 >= n_layers) return 0;
+  if (!started_) {
+    // Not counted: a fork's lists (adopted first) and a first absorption (it moves the sink).
+    const bool idle = seq.tail_index(l0, 0) == 0 && seq.length() <= context_.limits.budget;
+    return idle ? 0 : -1;
+  }
+  const int64_t limit = seq.length() - context_.limits.window;
+  if (limit - absorbed_ < p) return 0;
+  // Each list re-lays the tokens from the frontier to at most `limit` into fresh pages, at most
+  // one page per token (chunks of one token) plus the pending tokens' page, and the lists apply
+  // one after another, each freeing its old pages only after it allocated its new ones.
+  const int64_t lists = static_cast<int64_t>(n_layers - l0) * context_.layout.n_kv_heads;
+  return lists * (limit - frontier_ + 1);
+}
+
 Status LycheeIndex::Adopt(const KvSequence& seq) {
   const int l0 = context_.config.dense_layers;
   const int heads = context_.layout.n_kv_heads;

@@ -42,6 +42,7 @@ class LycheeIndex : public SequenceIndex {
               SelectionStats* stats) override;
   void OnTruncate(const KvSequence& seq) override;
   int64_t MemoryBytes() const override;
+  int64_t AppendPagesBound(const KvSequence& seq) override;
 
   // Inspection for tests and benchmarks.
   bool started() const { return started_; }
