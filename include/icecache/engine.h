@@ -48,7 +48,9 @@ struct EngineOptions {
   // an early estimate of its queries (the residual stream after this layer's attention, through
   // the next layer's query projection), so that its own selection finds them resident. What is
   // selected and attended does not change; only when pages cross the host link. "auto": on a
-  // GPU (where it overlaps with the layer's compute), off on the CPU (where it only adds work).
+  // GPU (where it overlaps with the layer's compute) for decode steps of one such sequence, off
+  // for batches (their prefetches queue one after another: a loss on the H200 at batch 8) and on
+  // the CPU (where it only adds work). "on": also for batches.
   std::string kv_prefetch = "auto";
   // Wait for the device between select, fetch and attend of device-side selection so that
   // KvStats splits each step's time (costs a few waits per layer; off, that time is "rest").

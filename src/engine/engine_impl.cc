@@ -140,7 +140,10 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
   e->sparse_->set_phase_timing(options.kv_timing);
   // Prefetching pays where it overlaps with the layer's compute (a GPU's side stream); on the
   // CPU it would only add work.
-  e->sparse_->set_prefetch(options.kv_prefetch == "on" || (options.kv_prefetch == "auto" && gpu));
+  using Prefetch = SparseAttention::PrefetchMode;
+  e->sparse_->set_prefetch(options.kv_prefetch == "on"            ? Prefetch::kOn
+                           : options.kv_prefetch == "auto" && gpu ? Prefetch::kAlone
+                                                                  : Prefetch::kOff);
   e->index_workers_ = std::make_unique<ThreadPool>(gpu ? 0 : options.threads);
   if (offload) {
     // One layer of the pool (what a dense step of every sequence may list), grown on demand.

@@ -65,11 +65,10 @@ bool SelectsOnDevice(const SequenceState& st, int layer) {
 }  // namespace
 
 bool SparseAttention::WantsPrefetch(int layer) const {
-  if (!prefetch_) return false;
-  for (const SequenceState* st : states_) {
-    if (SelectsOnDevice(*st, layer)) return true;
-  }
-  return false;
+  if (prefetch_ == PrefetchMode::kOff) return false;
+  int selecting = 0;
+  for (const SequenceState* st : states_) selecting += SelectsOnDevice(*st, layer) ? 1 : 0;
+  return selecting == 1 || (selecting > 1 && prefetch_ == PrefetchMode::kOn);
 }
 
 Status SparseAttention::Prefetch(int layer, const Tensor& q_estimate) {

@@ -44,8 +44,11 @@ class SparseAttention : public LayerAttention {
 
   // Prefetch from the transformer's early query estimates for sequences that select on the
   // device (--kv-prefetch): their next layer's pages move into the working set while the
-  // current layer computes.
-  void set_prefetch(bool on) { prefetch_ = on; }
+  // current layer computes. PrefetchMode::kAlone prefetches only for a step with one such sequence:
+  // in a batch the prefetches of all sequences queue one after another as side work, and on the
+  // H200 at batch 8 they cost more than they saved (docs/PERF.md).
+  enum class PrefetchMode { kOff, kOn, kAlone };
+  void set_prefetch(PrefetchMode mode) { prefetch_ = mode; }
 
   Status Prepare(const StepContext& step) override;
   Status Attend(int layer, const Tensor& q, const Tensor& out) override;
@@ -82,7 +85,7 @@ class SparseAttention : public LayerAttention {
   std::vector<float> q_f32_;
   AttentionRecall recall_;
   bool phase_timing_ = false;
-  bool prefetch_ = true;
+  PrefetchMode prefetch_ = PrefetchMode::kOn;
 };
 
 }  // namespace icecache
