@@ -24,6 +24,7 @@
 
 #include "backend/backend.h"
 #include "engine/engine_impl.h"
+#include "engine/sparse_attention.h"
 #include "index/policy.h"
 #include "index/regions.h"
 #include "kv/key_mean.h"
@@ -183,6 +184,47 @@ TEST_F(DeviceSelectionTest, PrefetchMovesPagesEarlierAndChangesNothingAttended) 
     EXPECT_NEAR(got->kv.bytes_fetched,
                 (got->kv.pages_fetched + got->kv.pages_prefetched) * page_bytes, 1e-6);
     EXPECT_NEAR(want->kv.bytes_fetched, want->kv.pages_fetched * page_bytes, 1e-6);
+  }
+}
+
+// Which decode steps prefetch: on, every step with a device-selecting sequence; alone
+// (--kv-prefetch auto on a GPU), only steps with exactly one (a batch's prefetches would queue one
+// after another); off, none. Layers kept dense select nothing, so they never prefetch.
+TEST_F(DeviceSelectionTest, PrefetchModesChooseTheStepsThatPrefetch) {
+  KvConfig kv = Quest(64);
+  kv.dense_layers = 1;
+  auto made = Make(kv, "device");
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  auto* engine = static_cast<EngineImpl*>(made->get());
+  std::vector<std::unique_ptr<SequenceState>> owned;
+  for (int i = 0; i < 2; ++i) {
+    auto st = engine->NewState(&kv);
+    ASSERT_TRUE(st.ok()) << st.status().message();
+    ASSERT_NE((*st)->device_select, nullptr);
+    owned.push_back(std::move(st).value());
+  }
+  KvConfig none = kv;  // the engine's page size and dtype
+  none.policy = "full";
+  auto dense = engine->NewState(&none);
+  ASSERT_TRUE(dense.ok()) << dense.status().message();
+  SequenceState* one[] = {owned[0].get(), dense->get()};
+  SequenceState* two[] = {owned[0].get(), owned[1].get()};
+  const auto backend = MakeCpuBackend({});
+  SparseAttention sa(backend.get(), ModelConfig{});
+  using Mode = SparseAttention::PrefetchMode;
+  struct Case {
+    Mode mode;
+    bool one_selecting, two_selecting;
+  };
+  for (const Case c : {Case{Mode::kOn, true, true}, Case{Mode::kAlone, true, false},
+                       Case{Mode::kOff, false, false}}) {
+    SCOPED_TRACE(static_cast<int>(c.mode));
+    sa.set_prefetch(c.mode);
+    sa.SetBatch(one);
+    EXPECT_EQ(sa.WantsPrefetch(1), c.one_selecting);
+    EXPECT_FALSE(sa.WantsPrefetch(0));  // dense layer
+    sa.SetBatch(two);
+    EXPECT_EQ(sa.WantsPrefetch(1), c.two_selecting);
   }
 }
 
