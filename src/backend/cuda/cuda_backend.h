@@ -93,8 +93,6 @@ class CudaBackend final : public Backend {
     if (on_side_) return side_.get();
     return lane_ >= 0 ? lanes_[lane_].stream.get() : compute_.get();
   }
-  // Streams that lanes fold onto (ICECACHE_CUDA_LANES=N sets it, 0 or 1: no lanes).
-  int lane_streams() const { return static_cast<int>(lanes_.size()); }
   int num_sms() const { return num_sms_; }
   // Graphs captured so far and replays run (for tests and logs).
   int graphs_captured() const { return graphs_captured_; }

@@ -175,11 +175,7 @@ Status IceCacheIndex::Append(KvSequence& seq) {
   if (l0 >= n_layers) return Status::Ok();  // nothing is sparse
   const int64_t len = seq.length();
   if (!started_) {
-    bool arranged = false;
-    for (int l = l0; l < n_layers; ++l) {
-      for (int h = 0; h < heads; ++h) arranged = arranged || seq.tail_index(l, h) > 0;
-    }
-    if (arranged) {
+    if (Arranged(seq)) {
       ICECACHE_RETURN_IF_ERROR(Adopt(seq));
     } else if (len <= context_.limits.budget) {
       return Status::Ok();  // the whole context fits the budget: nothing to index yet
@@ -233,6 +229,15 @@ Status IceCacheIndex::Append(KvSequence& seq) {
   return Status::Ok();
 }
 
+bool IceCacheIndex::Arranged(const KvSequence& seq) const {
+  for (int l = context_.config.dense_layers; l < context_.layout.n_layers; ++l) {
+    for (int h = 0; h < context_.layout.n_kv_heads; ++h) {
+      if (seq.tail_index(l, h) > 0) return true;
+    }
+  }
+  return false;
+}
+
 int64_t IceCacheIndex::AppendPagesBound(const KvSequence& seq) {
   if (ahead_busy_.load() || !ahead_.empty()) return -1;  // a prompt's runs are laid out ahead
   const int n_layers = context_.layout.n_layers, heads = context_.layout.n_kv_heads;
@@ -240,11 +245,7 @@ int64_t IceCacheIndex::AppendPagesBound(const KvSequence& seq) {
   const int64_t len = seq.length();
   if (l0 >= n_layers) return 0;
   if (!started_) {
-    for (int l = l0; l < n_layers; ++l) {
-      for (int h = 0; h < heads; ++h) {
-        if (seq.tail_index(l, h) > 0) return -1;  // a fork's lists, adopted first: not counted
-      }
-    }
+    if (Arranged(seq)) return -1;  // a fork's lists, adopted first: not counted
     if (len <= context_.limits.budget) return 0;
   }
   const int64_t limit = len - context_.limits.window;

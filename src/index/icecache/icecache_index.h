@@ -103,6 +103,8 @@ class IceCacheIndex : public SequenceIndex {
   void JoinAhead();
   // Waits for them and returns every laid-out run's pages to the pool.
   void DropAhead();
+  // Whether some indexed list of `seq` has pages before its tail (another index arranged it).
+  bool Arranged(const KvSequence& seq) const;
   // Takes over lists that another icecache index arranged (a forked session).
   Status Adopt(const KvSequence& seq);
   void Absorb(KvSequence& seq, int layer, int head, int64_t limit, BuildScratch* scratch);
