@@ -52,6 +52,13 @@ struct EngineOptions {
   // for batches (their prefetches queue one after another: a loss on the H200 at batch 8) and on
   // the CPU (where it only adds work). "on": also for batches.
   std::string kv_prefetch = "auto";
+  // When a decode step's index updates (indexes taking in the tokens that left the recent window)
+  // run: "beside" the next step's device work, on a host thread while the device computes;
+  // "after" the step, the device idle; "auto": beside on a GPU. Beside needs every indexed
+  // sequence of the step to select on the device with a policy that allows it (icecache), and
+  // no kv_timing or recall; otherwise the step runs them after. Beside, a page that left the
+  // window waits one more step as a loose page (scored like any other) before it is taken in.
+  std::string index_update = "auto";
   // Wait for the device between select, fetch and attend of device-side selection so that
   // KvStats splits each step's time (costs a few waits per layer; off, that time is "rest").
   // The waits include kv_prefetch's side work, which then no longer overlaps the layers.
@@ -116,6 +123,10 @@ struct KvStats {
   // everything else.
   double select_seconds = 0, fetch_seconds = 0, attend_seconds = 0, update_seconds = 0,
          other_seconds = 0;
+  // Seconds per step of index updates that ran beside the next step's device work
+  // (EngineOptions::index_update): not in update_seconds, and part of the step's time only where
+  // they outlasted the device's work (then in other_seconds).
+  double update_beside_seconds = 0;
   // The last prompt's index build after its prefill (part of its prefill time), in seconds.
   double prompt_index_seconds = 0;
   int64_t host_kv_bytes = 0;      // KV of this sequence in the host tier

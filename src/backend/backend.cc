@@ -154,6 +154,12 @@ void Backend::FillRandom(const Tensor& t, uint64_t seed, float scale, float offs
   DoFillRandom(t, seed, scale, offset);
 }
 
+void Backend::ScatterI32(const Tensor& index, const Tensor& values, const Tensor& dst) {
+  ICECACHE_CHECK(index.dtype() == DType::kI32 && values.dtype() == DType::kI32);
+  ICECACHE_CHECK(dst.dtype() == DType::kI32 && index.numel() == values.numel());
+  DoScatterI32(index, values, dst);
+}
+
 void Backend::AddRmsNorm(const Tensor& a, const Tensor& inout, const Tensor& w, float eps,
                          const Tensor& out) {
   ICECACHE_CHECK(a.numel() == inout.numel());

@@ -283,6 +283,10 @@ class Backend {
   // from a counter-based generator: element i depends only on (seed, i), so every backend
   // fills the same values (synthetic models).
   void FillRandom(const Tensor& t, uint64_t seed, float scale, float offset);
+  // dst.flat[index[i]] = values[i] for every i < index.numel() (all i32 in this backend's memory;
+  // distinct indices below dst.numel()). Uploads of scattered changes in one small copy and one
+  // op instead of copies of whole ranges (device-side selection's page lists).
+  void ScatterI32(const Tensor& index, const Tensor& values, const Tensor& dst);
 
   // Fused forms of op sequences (the defaults run the sequence; a backend may fuse them).
   // MatMul of x with each consecutive row block of a stacked w, block i (ys[i].cols() rows) into
@@ -310,6 +314,7 @@ class Backend {
   virtual void DoCopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
                            const Tensor& dst_ids) = 0;
   virtual void DoFillRandom(const Tensor& t, uint64_t seed, float scale, float offset) = 0;
+  virtual void DoScatterI32(const Tensor& index, const Tensor& values, const Tensor& dst) = 0;
   virtual void DoPageBounds(const PageBoundsArgs& args) = 0;
   virtual void DoSelectPages(const PageSelectArgs& args) = 0;
   virtual void DoMapPages(const PageMapArgs& args) = 0;

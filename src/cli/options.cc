@@ -15,6 +15,7 @@ EngineOptions ModelOptions::ToEngineOptions() const {
   e.kv_offload = kv_offload;
   e.kv_select = kv_select;
   e.kv_prefetch = kv_prefetch;
+  e.index_update = index_update;
   e.kv_timing = kv_timing;
   e.device_mem_limit = device_mem_limit;
   e.synthetic = synthetic;
@@ -132,6 +133,12 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
                  "sequences' prefetches queue one after another), off on the CPU, where it "
                  "cannot overlap")
       ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  app.add_option("--index-update", o->index_update,
+                 "when an index takes in the tokens that left the recent window: beside (on a "
+                 "host thread during the next decode step's device work; icecache selecting on "
+                 "the device), after (after the step, the device idle), auto (beside on a GPU)")
+      ->check(CLI::IsMember({"auto", "beside", "after"}))
       ->capture_default_str();
   app.add_flag("--kv-timing", o->kv_timing,
                "split each step's time into select/fetch/attend for device-side selection "

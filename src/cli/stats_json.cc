@@ -40,6 +40,7 @@ nlohmann::json KvStatsToJson(const KvStats& s) {
       {"fetch_seconds", s.fetch_seconds},
       {"attend_seconds", s.attend_seconds},
       {"update_seconds", s.update_seconds},
+      {"update_beside_seconds", s.update_beside_seconds},
       {"other_seconds", s.other_seconds},
       {"prompt_index_seconds", s.prompt_index_seconds},
       {"host_kv_bytes", s.host_kv_bytes},
@@ -79,6 +80,12 @@ std::string KvStatsText(const KvStats& s, double prefill_seconds) {
       ms(s.select_seconds), pct(s.select_seconds), ms(s.fetch_seconds), pct(s.fetch_seconds),
       ms(s.attend_seconds), pct(s.attend_seconds), ms(s.update_seconds), pct(s.update_seconds),
       ms(s.other_seconds), pct(s.other_seconds));
+  if (s.update_beside_seconds > 0) {
+    text += fmt::format(
+        "\nindex update     {:.3f} ms per step beside the next step's device work (not in the "
+        "split above)",
+        ms(s.update_beside_seconds));
+  }
   if (s.device_select) {
     const int64_t device = s.working_set_bytes + s.device_index_bytes;
     text += fmt::format(

@@ -117,6 +117,25 @@ Status DeviceSelection::Grow(int64_t entries) {
   return Status::Ok();
 }
 
+Status DeviceSelection::UploadChanged() {
+  const int64_t n = static_cast<int64_t>(changed_idx_.size());
+  if (n == 0) return Status::Ok();
+  if (changed_dev_.empty() || changed_dev_.numel() < 4 * n) {
+    ICECACHE_ASSIGN_OR_RETURN(changed_dev_,
+                              backend_->Allocate(DType::kI32, {4 * std::max<int64_t>(n, 4096)}));
+  }
+  changed_idx_.insert(changed_idx_.end(), changed_ids_.begin(), changed_ids_.end());
+  changed_idx_.insert(changed_idx_.end(), changed_lens_.begin(), changed_lens_.end());
+  changed_idx_.insert(changed_idx_.end(), changed_rows_.begin(), changed_rows_.end());
+  ICECACHE_RETURN_IF_ERROR(backend_->Copy(Tensor(changed_idx_.data(), DType::kI32, {4 * n}),
+                                          changed_dev_.Slice(0, 4 * n)));
+  const Tensor index = changed_dev_.Slice(0, n);
+  backend_->ScatterI32(index, changed_dev_.Slice(n, 2 * n), list_ids_);
+  backend_->ScatterI32(index, changed_dev_.Slice(2 * n, 3 * n), list_lens_);
+  backend_->ScatterI32(index, changed_dev_.Slice(3 * n, 4 * n), list_rows_);
+  return Status::Ok();
+}
+
 int32_t DeviceSelection::TakeRow() {
   if (!free_rows_.empty()) {
     const int32_t row = free_rows_.back();
@@ -161,7 +180,6 @@ Status DeviceSelection::Prepare(const KvSequence& seq, int pending) {
 }
 
 Status DeviceSelection::Sync(const KvSequence& seq, int pending) {
-  const int64_t rows = static_cast<int64_t>(layers_) * heads_;
   if (seq.length() < last_length_ || start_over_) {
     // Truncated (pages may have been freed and handed out again) or failed: start over.
     start_over_ = false;
@@ -183,8 +201,13 @@ Status DeviceSelection::Sync(const KvSequence& seq, int pending) {
     }
   }
   ICECACHE_RETURN_IF_ERROR(Grow(most));
-  // Changed entries [lo, hi) over all rows, uploaded in one strided copy per array.
-  int64_t lo = most, hi = 0;
+  // Changed entries (flat index, page id, token count, summary row), scattered into the device's
+  // lists by one upload and one op per array: a step changes a few entries of most lists (the
+  // growing tail page) and a few dozen of the lists an index re-arranged.
+  changed_idx_.clear();
+  changed_ids_.clear();
+  changed_lens_.clear();
+  changed_rows_.clear();
   std::vector<int32_t>& to_bound_ids = bound_stage_ids_;
   std::vector<int32_t>& to_bound_lens = bound_stage_lens_;
   std::vector<int32_t>& to_bound_rows = bound_stage_rows_;
@@ -221,8 +244,10 @@ Status DeviceSelection::Sync(const KvSequence& seq, int pending) {
           host_ids_[base + e] = p.id;
           host_lens_[base + e] = p.len;
           host_vers_[base + e] = kNotSummarized;
-          lo = std::min<int64_t>(lo, e);
-          hi = std::max<int64_t>(hi, e + 1);
+          changed_idx_.push_back(static_cast<int32_t>(base + e));
+          changed_ids_.push_back(p.id);
+          changed_lens_.push_back(p.len);
+          changed_rows_.push_back(host_rows_[base + e]);
         }
         // New contents wherever the page sits (sink, window or selectable): summarizing it also
         // marks any resident copy stale, which its token count alone cannot tell (a page freed
@@ -262,15 +287,7 @@ Status DeviceSelection::Sync(const KvSequence& seq, int pending) {
     }
   }
   ICECACHE_RETURN_IF_ERROR(GrowSummaries());
-  if (hi > lo) {
-    const int64_t bytes = (hi - lo) * 4, pitch = stride_ * 4;
-    ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(
-        host_ids_.data() + lo, list_ids_.data_as<int32_t>() + lo, rows, bytes, pitch, pitch));
-    ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(
-        host_lens_.data() + lo, list_lens_.data_as<int32_t>() + lo, rows, bytes, pitch, pitch));
-    ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(
-        host_rows_.data() + lo, list_rows_.data_as<int32_t>() + lo, rows, bytes, pitch, pitch));
-  }
+  ICECACHE_RETURN_IF_ERROR(UploadChanged());
   ICECACHE_RETURN_IF_ERROR(backend_->Copy(limits_stage_, limits_dev_));
   ICECACHE_RETURN_IF_ERROR(backend_->Copy(pending_stage_, pending_dev_));
   const int64_t n = static_cast<int64_t>(to_bound_ids.size());
@@ -373,10 +390,10 @@ Result<WorkingSetCounters> DeviceSelection::Counters(const KvLayout& layout) {
 
 int64_t DeviceSelection::device_bytes() const {
   int64_t b = 0;
-  for (const Tensor* t :
-       {&list_ids_, &list_lens_, &list_rows_, &limits_dev_, &scores_, &out_ids_, &out_lens_,
-        &out_count_, &resident_, &slot_page_, &slot_len_, &slot_used_, &table_, &fetch_, &counters_,
-        &bound_ids_, &bound_lens_, &bound_rows_, &pending_dev_}) {
+  for (const Tensor* t : {&list_ids_,  &list_lens_,  &list_rows_,  &limits_dev_,  &scores_,
+                          &out_ids_,   &out_lens_,   &out_count_,  &resident_,    &slot_page_,
+                          &slot_len_,  &slot_used_,  &table_,      &fetch_,       &counters_,
+                          &bound_ids_, &bound_lens_, &bound_rows_, &pending_dev_, &changed_dev_}) {
     b += t->empty() ? 0 : t->numel() * 4;
   }
   return b;

@@ -8,10 +8,11 @@
 //
 // The host keeps what it already owns: the page lists (KvSequence), the regions they imply and,
 // for icecache and lychee, the structure that arranges tokens into leaf or chunk pages. Once per
-// step, Prepare uploads what changed since the last step with one strided copy per array: a list
-// whose stamp is unchanged only gained tokens at its end, so only entries from its previous last
-// page on are compared; a list the index re-arranged (new stamp) is compared entry by entry (page
-// id, token count and page version). It uploads each list's limits (count, sink end, window begin,
+// step, Prepare uploads the entries that changed since the last step (one copy, then one
+// Backend::ScatterI32 per array): a list whose stamp is unchanged only gained tokens at its end,
+// so only entries from its previous last page on are compared; a list the index re-arranged (new
+// stamp) is compared where its edit says (HeadEdit), or entry by entry (page id, token count and
+// page version). It uploads each list's limits (count, sink end, window begin,
 // tokens and pages left) and the entries' summary rows, and summarizes with Backend::PageBounds
 // every page whose contents are new to it (the growing tail page included), marking any resident
 // copy of such a page stale. Per layer, Select runs Backend::SelectPages on the layer's query row,
@@ -84,6 +85,8 @@ class DeviceSelection {
   // Prepare's work; a failure makes the next call start over.
   Status Sync(const KvSequence& seq, int pending);
   Status Grow(int64_t entries);
+  // Writes the entries Sync found changed (changed_*) into the device's lists.
+  Status UploadChanged();
   // A free summary row (grows the bookkeeping; GrowSummaries makes the tensor that large).
   int32_t TakeRow();
   void GiveRow(int32_t row);
@@ -124,6 +127,9 @@ class DeviceSelection {
   std::vector<uint64_t> seen_stamp_;
   // Pages to summarize this call, their token counts and summary rows.
   std::vector<int32_t> bound_stage_ids_, bound_stage_lens_, bound_stage_rows_;
+  // Entries changed this call: flat index into the lists, page id, token count, summary row.
+  std::vector<int32_t> changed_idx_, changed_ids_, changed_lens_, changed_rows_;
+  Tensor changed_dev_;  // [4 * n]: the four above, back to back, in backend memory
   Tensor limits_stage_, pending_stage_, counters_host_;
   KvPoolView host_view_;
   std::vector<int64_t> planned_nodes_;

@@ -101,6 +101,12 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
                            "'");
   }
 
+  if (options.index_update != "auto" && options.index_update != "beside" &&
+      options.index_update != "after") {
+    return InvalidArgument("--index-update: expected auto, beside or after, got '" +
+                           options.index_update + "'");
+  }
+
   const bool gpu = e->backend_->device() != Device::kCpu;
   const bool offload = gpu && (options.kv_offload == "on" ||
                                (options.kv_offload == "auto" && options.kv.policy != "full"));
@@ -336,95 +342,47 @@ Result<Tensor> EngineImpl::DecodeStep(SequenceState& state, int32_t token) {
   return out;
 }
 
-Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
-                                       std::span<const int32_t> tokens,
-                                       std::vector<int32_t>* sampled) {
-  std::vector<KvSequence*> seqs;
-  std::vector<int32_t> counts(states.size(), 1);
-  bool sparse = false;
-  for (SequenceState* s : states) {
-    seqs.push_back(&s->seq);
-    // --kv-recall runs full sequences through the sparse path too (it measures there).
-    sparse = sparse || s->sparse() || s->kv.recall;
-  }
-  ForwardInput in{seqs, tokens, counts, LogitsMode::kLast, {}};
-  in.attention = staged_.get();
-  in.logits_in_backend = sampled != nullptr;
-  if (sparse) {
-    sparse_->SetBatch(states);
-    in.attention = sparse_.get();
-  }
-  const double t0 = NowSeconds();
-  ICECACHE_ASSIGN_OR_RETURN(Tensor out, transformer_->Forward(in));
-  if (sampled != nullptr) {
-    // Greedy on the device: only the ids cross to the host (SampleTokens waits for them).
-    sampled->assign(states.size(), 0);
-    const std::vector<SampleRowParams> greedy(states.size());
-    ICECACHE_RETURN_IF_ERROR(backend_->SampleTokens(out, greedy, *sampled));
-    out = Tensor();
-  }
-  const double dt = NowSeconds() - t0;
+Status EngineImpl::AfterDecodeStep(std::span<SequenceState* const> states,
+                                   std::span<const int32_t> tokens, bool beside_next) {
   for (size_t i = 0; i < states.size(); ++i) {
-    SequenceState& st = *states[i];
-    ChargeStep(st, tokens[i], dt, st.seq.length(), sparse);
+    if (states[i]->index) pending_.push_back({states[i], states[i]->seq.length() - 1, tokens[i]});
   }
-  ICECACHE_RETURN_IF_ERROR(AfterDecodeStep(states, tokens));
-  return out;
+  // Beside: the next step runs them beside its device work.
+  return beside_next ? Status::Ok() : FlushPendingUpdates(states);
 }
 
-Status EngineImpl::AfterDecodeStep(std::span<SequenceState* const> states,
-                                   std::span<const int32_t> tokens) {
-  std::vector<size_t> indexed;
-  for (size_t i = 0; i < states.size(); ++i) {
-    if (states[i]->index) indexed.push_back(i);
-  }
+Status EngineImpl::RunIndexUpdates(std::span<const IndexUpdate> updates,
+                                   std::vector<double>* took) {
+  took->assign(updates.size(), 0.0);
   // Side by side, each index works on one thread; alone, it spreads its lists over all of them.
   // So a few sequences on many workers update one after another.
   const size_t workers = static_cast<size_t>(index_workers_->size());
-  bool together = indexed.size() > 1 && workers > 1 && 2 * indexed.size() >= workers;
+  bool together = updates.size() > 1 && workers > 1 && 2 * updates.size() >= workers;
   if (together) {
-    // Indexes read and re-arrange the host tier on the host: wait for the device's KV writes.
-    if (backend_->device() != Device::kCpu) backend_->Synchronize();
     int64_t need = 0;
-    for (size_t i : indexed) {
-      const int64_t pages = states[i]->index->AppendPagesBound(states[i]->seq);
+    for (const IndexUpdate& u : updates) {
+      const int64_t pages = u.state->index->AppendPagesBound(u.state->seq);
       if (pages < 0) together = false;
       need += std::max<int64_t>(pages, 0);
     }
     together = together && need <= pool_->spare();
   }
-  if (!together) {
-    for (size_t i = 0; i < states.size(); ++i) {
-      SequenceState& st = *states[i];
-      // The step's device work (AfterForward waits for it) counts as the step's, the index's
-      // host work after it also as "index update".
-      const double u0 = NowSeconds();
-      ICECACHE_RETURN_IF_ERROR(AfterForward(st, st.seq.length() - 1, tokens.subspan(i, 1)));
-      st.acct.total_s += NowSeconds() - u0;
-    }
-    return Status::Ok();
+  std::vector<Status> status(updates.size(), Status::Ok());
+  auto run = [&](size_t k) {
+    const IndexUpdate& u = updates[k];
+    const double t = NowSeconds();
+    status[k] = u.state->index->OnAppend(u.state->seq, u.first, {&u.token, 1});
+    (*took)[k] = NowSeconds() - t;
+  };
+  if (together) {
+    ++parallel_index_updates_;
+    index_workers_->ParallelFor(static_cast<int64_t>(updates.size()), 1,
+                                [&](int, int64_t begin, int64_t end) {
+                                  for (int64_t k = begin; k < end; ++k) run(k);
+                                });
+  } else {
+    for (size_t k = 0; k < updates.size(); ++k) run(k);
   }
-  ++parallel_index_updates_;
-  const double u0 = NowSeconds();
-  std::vector<Status> status(indexed.size(), Status::Ok());
-  std::vector<double> took(indexed.size(), 0.0);
-  index_workers_->ParallelFor(
-      static_cast<int64_t>(indexed.size()), 1, [&](int, int64_t begin, int64_t end) {
-        for (int64_t k = begin; k < end; ++k) {
-          const size_t i = indexed[k];
-          SequenceState& st = *states[i];
-          const double t = NowSeconds();
-          status[k] = st.index->OnAppend(st.seq, st.seq.length() - 1, tokens.subspan(i, 1));
-          took[k] = NowSeconds() - t;
-        }
-      });
-  const double wall = NowSeconds() - u0;
-  for (size_t k = 0; k < indexed.size(); ++k) {
-    KvAccounting& acct = states[indexed[k]]->acct;
-    acct.update_s += took[k];
-    if (!acct.step_update_s.empty()) acct.step_update_s.back() += took[k];
-  }
-  for (SequenceState* st : states) st->acct.total_s += wall;
   for (const Status& st : status) ICECACHE_RETURN_IF_ERROR(st);
   return Status::Ok();
 }
@@ -511,6 +469,17 @@ Result<std::vector<GenerateResult>> EngineImpl::RunBatch(std::span<SequenceState
     ICECACHE_RETURN_IF_ERROR(DecodeAhead(gens[0]));
     active.clear();
   }
+  // Within the loop a step may leave its index updates to the next one (UpdatesBeside). Should
+  // the loop fail, they are dropped: an index takes in everything that left the window at its
+  // next update, so nothing is lost, only taken in later.
+  beside_scope_ = true;
+  struct EndScope {
+    EngineImpl* e;
+    ~EndScope() {
+      e->beside_scope_ = false;
+      e->pending_.clear();
+    }
+  } end_scope{this};
   while (!active.empty()) {
     tokens.clear();
     stepping.clear();
@@ -540,6 +509,7 @@ Result<std::vector<GenerateResult>> EngineImpl::RunBatch(std::span<SequenceState
       active[i]->logits().assign(row, row + out.cols());
     }
   }
+  ICECACHE_RETURN_IF_ERROR(FlushPendingUpdates());
   const double decode_seconds = NowSeconds() - t1;
   std::vector<GenerateResult> results;
   const int64_t peak = PeakRssBytes();

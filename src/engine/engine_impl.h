@@ -58,8 +58,10 @@ class EngineImpl : public Engine {
   // Whether a sequence of `config` selects in device memory (--kv-select and the policy); an
   // error when --kv-select device asks for what the device cannot do.
   Result<bool> SelectsOnDevice(const KvConfig& config) const;
-  // Decode steps whose sequences' indexes updated side by side (AfterDecodeStep), for tests.
+  // Decode steps whose sequences' indexes updated side by side (RunIndexUpdates), for tests.
   int64_t parallel_index_updates() const { return parallel_index_updates_; }
+  // Decode steps that ran the index updates of the step before beside their device work.
+  int64_t beside_index_updates() const { return beside_index_updates_; }
   // A copy of `state` (pages and history) under policy `kv`.
   Result<std::unique_ptr<SequenceState>> ForkState(const SequenceState& state, const KvConfig& kv);
 
@@ -92,12 +94,30 @@ class EngineImpl : public Engine {
   void ChargeStep(SequenceState& state, int32_t token, double seconds, int64_t length, bool sparse);
   // Tells the sequence's index about tokens [first, length) just appended.
   Status AfterForward(SequenceState& state, int64_t first, std::span<const int32_t> tokens);
-  // AfterForward for every sequence of a decode step (tokens[i] was appended to states[i]): the
-  // indexes update side by side on the index workers when there are at least half as many of
+  // The index update after a decode step: OnAppend(state->seq, first, {token}).
+  struct IndexUpdate {
+    SequenceState* state;
+    int64_t first;
+    int32_t token;
+  };
+  // The index updates of a decode step (tokens[i] was appended to states[i]): run now
+  // (FlushPendingUpdates, every state of the step waiting), or with `beside_next`, left in
+  // pending_ for the next step to run beside its device work.
+  Status AfterDecodeStep(std::span<SequenceState* const> states, std::span<const int32_t> tokens,
+                         bool beside_next);
+  // Runs `updates`: side by side on the index workers when there are at least half as many of
   // them as workers and their page bounds fit the pool together
-  // (SequenceIndex::AppendPagesBound), else one after another. Charges each state's index update
-  // and, to its step, the time all of them took.
-  Status AfterDecodeStep(std::span<SequenceState* const> states, std::span<const int32_t> tokens);
+  // (SequenceIndex::AppendPagesBound), else one after another. took[k]: seconds of updates[k].
+  Status RunIndexUpdates(std::span<const IndexUpdate> updates, std::vector<double>* took);
+  // Whether a decode step of `states` runs the index updates of the step before beside its device
+  // work (beside_updates.cc): inside RunBatch's decode loop, --index-update beside (or auto on a
+  // GPU), every indexed sequence selecting on the device with an index that allows it
+  // (SequenceIndex::UpdatesBesideDeviceReads), and no --kv-timing or --kv-recall.
+  bool UpdatesBeside(std::span<SequenceState* const> states) const;
+  // Runs pending_ now (between steps: waits for the device first). Charges each update to its
+  // sequence, and the time all of them took to each of them and to the `waiting` sequences.
+  Status FlushPendingUpdates(std::span<SequenceState* const> waiting = {});
+  class BesideUpdates;
   IndexContext IndexFor(const KvConfig& kv) const;
 
   EngineOptions options_;
@@ -112,6 +132,9 @@ class EngineImpl : public Engine {
   // indexes of a decode step's sequences side by side (each one's own work then inline).
   std::unique_ptr<ThreadPool> index_workers_;
   int64_t parallel_index_updates_ = 0;
+  std::vector<IndexUpdate> pending_;  // index updates left for the next decode step
+  bool beside_scope_ = false;         // RunBatch's decode loop is running
+  int64_t beside_index_updates_ = 0;
   ModelInfo info_;
 };
 

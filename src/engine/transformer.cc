@@ -188,7 +188,9 @@ Result<Tensor> Transformer::Forward(const ForwardInput& in) {
       return st;
     }
   }
+  bool beside_started = false;
   auto undo = [&](Status st) -> Result<Tensor> {
+    if (beside_started) in.beside->Join();
     for (size_t s = 0; s < in.seqs.size(); ++s) in.seqs[s]->Truncate(start[s]);
     return st;
   };
@@ -207,6 +209,10 @@ Result<Tensor> Transformer::Forward(const ForwardInput& in) {
   const Status prepared = n_rows.ok() ? attention.Prepare(step) : n_rows.status();
   backend_->RecordFence(kInputsFence);
   if (!prepared.ok()) return undo(prepared);
+  if (in.beside != nullptr) {
+    in.beside->Start();
+    beside_started = true;
+  }
   // Dense decode steps (one token per sequence) run as a CUDA graph where the backend has
   // graphs: every buffer they touch sits at a fixed address for a given batch shape.
   auto layers = [&] { return RunLayers(in, n, *n_rows, attention); };

@@ -32,6 +32,14 @@ enum class LogitsMode {
   kRows,  // the batch rows listed in ForwardInput::rows
 };
 
+// Work the host runs beside a forward pass (ForwardInput::beside).
+class BesideWork {
+ public:
+  virtual ~BesideWork() = default;
+  virtual void Start() = 0;
+  virtual void Join() = 0;
+};
+
 struct ForwardInput {
   std::span<KvSequence* const> seqs;  // the batch (all in one pool)
   std::span<const int32_t> tokens;    // every new token, grouped by sequence in `seqs` order
@@ -46,6 +54,11 @@ struct ForwardInput {
   // The batch's token ids are already in backend memory at StepIds(), put there by the device
   // sampler of the step before; `tokens` then only gives the count (one per sequence).
   bool ids_on_device = false;
+  // Host work to run beside the pass's device work (may be null): Forward calls Start() once the
+  // sequences' new slots exist and the attention is prepared, and, should the pass then fail,
+  // Join() before it truncates the sequences back; the caller joins it otherwise. Only for an
+  // attention whose host side reads no page list after Prepare (selection on the device).
+  BesideWork* beside = nullptr;
 };
 
 class Transformer {

@@ -99,6 +99,15 @@ class SequenceIndex {
   // of them fit the pool's spare pages together (then none of them can find the pool short).
   // Default: -1 (the sequence's OnAppend runs alone).
   virtual int64_t AppendPagesBound(const KvSequence& seq) { return -1; }
+
+  // Whether OnAppend may run beside the next decode step's device work, which reads the pages
+  // the lists showed before it, and with the next token's slot already in `seq` (not yet
+  // written; OnAppend(seq, first, tokens) then covers tokens up to first + tokens.size() only).
+  // The engine holds the pool's frees meanwhile (PagePool::HoldFrees); the index must never
+  // rewrite a row that a page already holds (it may write rows past a page's count, and fresh
+  // pages). An OnAppend the engine then skips (a failed step) must lose nothing: the next one
+  // takes in what it missed. Default: false (OnAppend runs after the step, the device idle).
+  virtual bool UpdatesBesideDeviceReads() const { return false; }
 };
 
 // The limits a config implies (budget, page count, resolved sink and window).

@@ -49,7 +49,19 @@ Result<int32_t> PagePool::Allocate() {
 void PagePool::Free(int32_t page) {
   ICECACHE_CHECK(page >= 0 && page < capacity_);
   std::lock_guard<std::mutex> lock(mu_);
-  free_.push_back(page);
+  (holding_ ? held_ : free_).push_back(page);
+}
+
+void PagePool::HoldFrees() {
+  std::lock_guard<std::mutex> lock(mu_);
+  holding_ = true;
+}
+
+void PagePool::ReleaseHeld() {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.insert(free_.end(), held_.begin(), held_.end());
+  held_.clear();
+  holding_ = false;
 }
 
 int64_t PagePool::bytes() const { return k_.nbytes() + v_.nbytes() + positions_.nbytes(); }

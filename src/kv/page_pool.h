@@ -33,7 +33,18 @@ class PagePool {
   // Free, used() and peak_used() may be called from several threads at once (indexes that
   // re-arrange the lists of one sequence in parallel); everything else may not.
   Result<int32_t> Allocate();
+  // Returns a page to the free list, or, while frees are held, to the held pages.
   void Free(int32_t page);
+  // Holding frees: while the device may still read pages of an earlier listing (an index
+  // re-arranging its lists beside a decode step's device work), a freed page must not be handed
+  // out again. Free() then keeps pages aside until ReleaseHeld(), which frees them and ends the
+  // hold. Thread-safe like Allocate.
+  void HoldFrees();
+  void ReleaseHeld();
+  bool holding() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return holding_;
+  }
   // Marks a page's contents as changed (copies of it elsewhere are stale).
   void Touch(int32_t page) { ++version_[page]; }
   // Changes whenever the page is written or re-allocated.
@@ -89,8 +100,10 @@ class PagePool {
   Tensor k_, v_, positions_;
   int64_t growth_reserve_ = 0;
   int64_t credited_ = 0;
-  mutable std::mutex mu_;      // guards free_, peak_used_, growth_reserve_ and credited_
+  mutable std::mutex mu_;  // guards free_, held_, holding_, peak_used_, growth_reserve_, credited_
   std::vector<int32_t> free_;  // a stack; low ids handed out first
+  std::vector<int32_t> held_;  // freed while holding_
+  bool holding_ = false;
   std::vector<uint32_t> version_;
 };
 

@@ -1,6 +1,8 @@
-// Embed, RmsNorm, Add, SwiGlu, Rope and WriteKv of the CPU backend against float64 references.
+// Embed, RmsNorm, Add, SwiGlu, Rope and WriteKv of the CPU backend against float64 references;
+// ScatterI32 against its definition.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -198,6 +200,19 @@ TEST(CpuWriteKvTest, WritesRowsAndPositionsToSlots) {
     int written = 0;
     for (int32_t p : pbuf) written += p != -1;
     EXPECT_EQ(written, n * kv_heads) << "nothing outside the given slots is touched";
+  }
+}
+
+TEST(CpuScatterI32Test, WritesEachValueAtItsIndexAndNothingElse) {
+  auto backend = MakeCpuBackend({.threads = 1});
+  std::vector<int32_t> dst(50, -7);
+  Tensor tdst = I32Tensor(dst, {5, 10});
+  const std::vector<int32_t> index{3, 49, 0, 17}, values{30, 490, 1, 170};
+  backend->ScatterI32(I32Tensor(index, {4}), I32Tensor(values, {4}), tdst);
+  const int32_t* got = tdst.data_as<const int32_t>();
+  for (int i = 0; i < 50; ++i) {
+    const auto it = std::find(index.begin(), index.end(), i);
+    EXPECT_EQ(got[i], it == index.end() ? -7 : values[it - index.begin()]) << i;
   }
 }
 

@@ -1,11 +1,12 @@
 // CUDA backend ops against the CPU backend: embedding, RMSNorm (plain and fused with the
 // residual add), add, SwiGLU, RoPE (plain and fused with the K/V page write), WriteKv,
-// CopyPages, FillRandom (bit-identical) and MatMul on both its paths (GEMV for n <= 4, cuBLASLt
-// above), with bf16 and f32 outputs and biases, and its stacked forms (q/k/v, gate/up + SwiGLU).
-// Inputs are bf16-exact, so differences come from accumulation order and one output rounding:
-// tolerance 1e-2 relative (bf16 out), 1e-4 (f32).
+// CopyPages, FillRandom, ScatterI32 (bit-identical) and MatMul on both its paths (GEMV for
+// n <= 4, cuBLASLt above), with bf16 and f32 outputs and biases, and its stacked forms (q/k/v,
+// gate/up + SwiGLU). Inputs are bf16-exact, so differences come from accumulation order and one
+// output rounding: tolerance 1e-2 relative (bf16 out), 1e-4 (f32).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <numeric>
 
 #include "core/quant.h"
@@ -42,6 +43,27 @@ TEST_F(CudaOps, FillRandomMatchesCpuBitForBit) {
     EXPECT_EQ(got, want) << DTypeName(dt);
     EXPECT_NE(want[0], want[1]);
   }
+}
+
+TEST_F(CudaOps, ScatterI32MatchesCpu) {
+  ICECACHE_CUDA_OR_SKIP(gpu);
+  std::vector<int32_t> dst(4096), index, values;
+  for (int i = 0; i < 4096; ++i) dst[i] = -i;
+  for (int i = 0; i < 700; ++i) {
+    index.push_back(static_cast<int32_t>((i * 2654435761u) % 4096));  // distinct: odd multiplier
+    values.push_back(i * 3 + 1);
+  }
+  const int64_t n = static_cast<int64_t>(index.size());
+  Tensor c = testing::I32Tensor(dst, {4096});
+  cpu_->ScatterI32(testing::I32Tensor(index, {n}), testing::I32Tensor(values, {n}), c);
+  Tensor g = testing::I32ToDevice(*gpu, dst, {4096});
+  gpu->ScatterI32(testing::I32ToDevice(*gpu, index, {n}), testing::I32ToDevice(*gpu, values, {n}),
+                  g);
+  Tensor got = testing::HostTensor(DType::kI32, {4096});
+  ASSERT_TRUE(gpu->Copy(g, got).ok());
+  gpu->Synchronize();
+  EXPECT_EQ(0, std::memcmp(got.data(), c.data(), 4096 * sizeof(int32_t)));
+  EXPECT_EQ(c.data_as<int32_t>()[index[5]], values[5]);
 }
 
 TEST_F(CudaOps, MatMulBothPathsAndOutputTypes) {

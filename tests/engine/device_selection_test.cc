@@ -28,6 +28,7 @@
 #include "index/policy.h"
 #include "index/regions.h"
 #include "kv/key_mean.h"
+#include "testing/kv_checks.h"
 #include "testing/paths.h"
 #include "testing/tiny_model.h"
 
@@ -247,6 +248,56 @@ TEST_F(DeviceSelectionTest, CentroidCoveringBudgetEqualsFullAttention) {
     ASSERT_TRUE(got.ok()) << got.status().message();
     EXPECT_TRUE(got->kv.device_select);
     ExpectSameLogits(*got, *want);
+  }
+}
+
+// --index-update beside (the CPU's reference ops stand in for the device): every decode step
+// after the first runs the step before's index updates (insertions and leaf splits) on a host
+// thread beside its own work, their time is reported apart, and the host tier keeps every token:
+// forked into full attention, the session scores a continuation as a fresh full engine does over
+// the same tokens (up to the order in which pages are summed). "after" runs none beside.
+TEST_F(DeviceSelectionTest, IndexUpdatesBesideTheNextStepLoseNoToken) {
+  KvConfig kv = Quest(64);
+  kv.policy = "icecache";
+  kv.rank = "centroid";
+  for (const char* mode : {"beside", "after"}) {
+    SCOPED_TRACE(mode);
+    EngineOptions o{.model = *dir_, .context_size = 1024, .prefill_chunk = 64};
+    o.threads = 2;
+    o.kv = kv;
+    o.kv_select = "device";
+    o.kv_prefetch = "off";
+    o.index_update = mode;
+    auto made = Engine::Create(o);
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    auto* engine = static_cast<EngineImpl*>(made->get());
+    auto state = engine->NewState(nullptr);
+    ASSERT_TRUE(state.ok());
+    GenerateRequest r;
+    r.prompt_tokens = Tokens(300, 5);
+    r.max_tokens = 48;  // six pages of 8 leave the window
+    r.ignore_eos = true;
+    auto res = engine->RunOn(**state, r, {});
+    ASSERT_TRUE(res.ok()) << res.status().message();
+    const KvStats& st = res->stats.kv;
+    ASSERT_GT(st.decode_steps, 40);
+    if (std::string(mode) == "beside") {
+      EXPECT_EQ(engine->beside_index_updates(), st.decode_steps - 1);
+      EXPECT_GT(st.update_beside_seconds, 0.0);
+    } else {
+      EXPECT_EQ(engine->beside_index_updates(), 0);
+      EXPECT_EQ(st.update_beside_seconds, 0.0);
+      EXPECT_GT(st.update_seconds, 0.0);
+    }
+    // Every list holds every position once, in pages of its own; the pool holds nothing back and
+    // lists every page it hands out (no page leaked by the held frees).
+    const KvSequence& seq = (*state)->seq;
+    std::set<int32_t> pages;
+    int64_t absorbed = 0;
+    ASSERT_NO_FATAL_FAILURE(testing::ExpectEveryPositionOnce(seq, &pages, &absorbed));
+    EXPECT_GT(absorbed, 0);
+    EXPECT_FALSE(seq.pool().holding());
+    EXPECT_EQ(seq.pool().used(), static_cast<int64_t>(pages.size()));
   }
 }
 

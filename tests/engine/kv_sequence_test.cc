@@ -130,6 +130,28 @@ TEST_F(KvSequenceTest, GrowthReserveHoldsBackPagesForUnwrittenTokens) {
 
 // Head edits carry which entries they changed, for readers that mirror the lists; edits with
 // no hint, and readers that missed an edit, get nothing (they compare everything).
+TEST_F(KvSequenceTest, HeldFreesReturnToThePoolOnlyOnRelease) {
+  std::vector<int32_t> pages;
+  for (int i = 0; i < 4; ++i) pages.push_back(*pool_->Allocate());
+  const int64_t spare = pool_->spare();
+  pool_->HoldFrees();
+  EXPECT_TRUE(pool_->holding());
+  pool_->Free(pages[0]);
+  pool_->Free(pages[1]);
+  EXPECT_EQ(pool_->used(), 4) << "a held page still counts as used";
+  EXPECT_EQ(pool_->spare(), spare);
+  std::set<int32_t> handed;
+  for (int i = 0; i < 60; ++i) handed.insert(*pool_->Allocate());
+  EXPECT_FALSE(pool_->Allocate().ok()) << "the held pages are not handed out";
+  EXPECT_EQ(handed.count(pages[0]) + handed.count(pages[1]), 0u);
+  pool_->ReleaseHeld();
+  EXPECT_FALSE(pool_->holding());
+  std::set<int32_t> again{*pool_->Allocate(), *pool_->Allocate()};
+  EXPECT_EQ(again, (std::set<int32_t>{pages[0], pages[1]}));
+  pool_->Free(pages[2]);  // no hold: free at once
+  EXPECT_EQ(*pool_->Allocate(), pages[2]);
+}
+
 TEST_F(KvSequenceTest, HeadEditsNameWhatChanged) {
   KvSequence s(pool_.get());
   ASSERT_TRUE(s.Grow(18).ok());  // 5 pages: 4 full, 1 of 2 tokens

@@ -5,6 +5,7 @@
 // forked sequence is taken over; truncation and a full pool are handled.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -588,6 +589,91 @@ TEST(IceCacheIndexTest, ReuseLayersSharesTheLeadersPositions) {
     SelectionStats third;
     index->Select(h->seq(), 3, q.data(), lead, &third);
     EXPECT_GT(third.nodes_visited, 0);
+  }
+}
+
+// The engine may run a decode step's OnAppend beside the next step's device work
+// (SequenceIndex::UpdatesBesideDeviceReads): one step late, with the next token's slot already
+// in the sequence, and the pool holding frees. Then no row a list showed before the call may
+// change, no freed page may be handed out again before the hold ends, and the lists must come
+// out as the same tokens in the same pages as when every OnAppend runs right after its step.
+TEST(IceCacheIndexTest, UpdatesBesideDeviceReadsRewriteNoShownRowAndMatchUpdatesAfter) {
+  const IceSetup s = MakeSetup(4);  // small pages: many splits
+  const KvConfig kv = IceConfig(64, 4);
+  auto after_index = s.MakeIndex(kv), beside_index = s.MakeIndex(kv);
+  ASSERT_TRUE(beside_index->UpdatesBesideDeviceReads());
+  auto after = s.MakeHarness(kv, 1400), beside = s.MakeHarness(kv, 1400);
+  RandomKeys keys{kDim};
+  TestRng rng_a(3), rng_b(3);
+  AppendTokens(*after, *after_index, 300, keys, rng_a);  // the prompt: a bulk build
+  AppendTokens(*beside, *beside_index, 300, keys, rng_b);
+  PagePool& pool = beside->seq().pool();
+  const int32_t token = 7;
+  int64_t splits_out_of_place = 0;
+  for (int step = 0; step < 600; ++step) {
+    AppendTokens(*after, *after_index, 1, keys, rng_a);
+    // Beside: the step before's update runs once this step's token has its slot (written here
+    // before the call, which must not read it), while the "device" may read what the lists show.
+    const int64_t first = beside->seq().length() - 1;
+    beside->Append(1, keys, rng_b);
+    struct Shown {
+      int32_t id;
+      std::vector<float> keys;
+    };
+    std::vector<Shown> shown;
+    std::set<int32_t> shown_leaves;  // pages before the tail: the sink and leaf pages
+    for (int l = 0; l < kLayers; ++l) {
+      for (int h = 0; h < kKvHeads; ++h) {
+        const std::vector<PageRef>& pages = beside->seq().pages(l, h);
+        for (size_t i = 0; i < pages.size(); ++i) {
+          shown.push_back({pages[i].id, PageKeys(beside->seq(), pages[i])});
+          if (static_cast<int32_t>(i) < beside->seq().tail_index(l, h)) {
+            shown_leaves.insert(pages[i].id);
+          }
+        }
+      }
+    }
+    const int64_t used = pool.used();
+    pool.HoldFrees();
+    ASSERT_TRUE(beside_index->OnAppend(beside->seq(), first, {&token, 1}).ok());
+    for (const Shown& sh : shown) {
+      KeyReader r(pool.view());
+      ASSERT_EQ(0, std::memcmp(r.Keys(sh.id, 1), sh.keys.data(), sh.keys.size() * sizeof(float)))
+          << "a row the lists showed was rewritten (page " << sh.id << ")";
+    }
+    // Pages freed during the hold still count as used: none went to a new owner.
+    EXPECT_GE(pool.used(), used);
+    std::set<int32_t> listed;
+    for (int l = 0; l < kLayers; ++l) {
+      for (int h = 0; h < kKvHeads; ++h) {
+        for (const PageRef& p : beside->seq().pages(l, h)) listed.insert(p.id);
+      }
+    }
+    // A leaf page no longer listed was split out of place.
+    for (int32_t id : shown_leaves) splits_out_of_place += listed.count(id) == 0 ? 1 : 0;
+    pool.ReleaseHeld();
+  }
+  // The last step's update, as the engine runs it after its loop.
+  ASSERT_TRUE(beside_index->OnAppend(beside->seq(), beside->seq().length() - 1, {&token, 1}).ok());
+  EXPECT_GT(splits_out_of_place, 0) << "no leaf split out of place: the test proves nothing";
+  ASSERT_NO_FATAL_FAILURE(beside->ExpectLossless());
+  ASSERT_NO_FATAL_FAILURE(ExpectTreeInvariants(*beside_index, beside->seq(), 0, kGroup, rng_b));
+  EXPECT_EQ(beside_index->insertions(), after_index->insertions());
+  EXPECT_EQ(beside_index->skipped_absorptions(), 0);
+  const KeyReader ra(after->seq().pool().view()), rb(pool.view());
+  for (int l = 0; l < kLayers; ++l) {
+    for (int h = 0; h < kKvHeads; ++h) {
+      const std::vector<PageRef>& pa = after->seq().pages(l, h);
+      const std::vector<PageRef>& pb = beside->seq().pages(l, h);
+      ASSERT_EQ(pa.size(), pb.size());
+      for (size_t i = 0; i < pa.size(); ++i) {
+        ASSERT_EQ(pa[i].len, pb[i].len);
+        const int32_t* a = ra.Positions(pa[i].id);
+        const int32_t* b = rb.Positions(pb[i].id);
+        ASSERT_TRUE(std::equal(a, a + pa[i].len, b))
+            << "list (" << l << "," << h << ") entry " << i;
+      }
+    }
   }
 }
 

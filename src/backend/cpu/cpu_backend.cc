@@ -131,6 +131,16 @@ void CpuBackend::DoFillRandom(const Tensor& t, uint64_t seed, float scale, float
   FillRandomCpu(context(), t, seed, scale, offset);
 }
 
+void CpuBackend::DoScatterI32(const Tensor& index, const Tensor& values, const Tensor& dst) {
+  const int32_t* idx = index.data_as<int32_t>();
+  const int32_t* val = values.data_as<int32_t>();
+  int32_t* out = dst.data_as<int32_t>();
+  for (int64_t i = 0; i < index.numel(); ++i) {
+    ICECACHE_CHECK_MSG(idx[i] >= 0 && idx[i] < dst.numel(), "ScatterI32: index out of range");
+    out[idx[i]] = val[i];
+  }
+}
+
 void CpuBackend::DoPageBounds(const PageBoundsArgs& args) { PageBoundsCpu(args); }
 void CpuBackend::DoSelectPages(const PageSelectArgs& args) { SelectPagesCpu(args); }
 void CpuBackend::DoMapPages(const PageMapArgs& args) { MapPagesCpu(args); }

@@ -103,6 +103,7 @@ class CpuBackend final : public Backend {
   void DoCopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
                    const Tensor& dst_ids) override;
   void DoFillRandom(const Tensor& t, uint64_t seed, float scale, float offset) override;
+  void DoScatterI32(const Tensor& index, const Tensor& values, const Tensor& dst) override;
   void DoPageBounds(const PageBoundsArgs& args) override;
   void DoSelectPages(const PageSelectArgs& args) override;
   void DoMapPages(const PageMapArgs& args) override;

@@ -237,6 +237,16 @@ void CudaBackend::DoFillRandom(const Tensor& t, uint64_t seed, float scale, floa
             "FillRandom");
 }
 
+void CudaBackend::DoScatterI32(const Tensor& index, const Tensor& values, const Tensor& dst) {
+  OnDevice(index);
+  OnDevice(values);
+  OnDevice(dst);
+  CheckCuda(kernels::LaunchScatterI32(stream(), index.data_as<const int32_t>(),
+                                      values.data_as<const int32_t>(), index.numel(),
+                                      dst.data_as<int32_t>(), dst.numel()),
+            "ScatterI32");
+}
+
 void CudaBackend::DoPageBounds(const PageBoundsArgs& args) {
   OnDevice(args.ids);
   OnDevice(args.lens);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "backend/backend.h"
@@ -162,18 +163,21 @@ Status IceCacheIndex::OnPrefillChunk(const KvSequence& seq, int64_t prompt_end,
   return Status::Ok();
 }
 
-Status IceCacheIndex::OnAppend(KvSequence& seq, int64_t, std::span<const int32_t>) {
+Status IceCacheIndex::OnAppend(KvSequence& seq, int64_t first, std::span<const int32_t> tokens) {
   JoinAhead();
-  const Status s = Append(seq);
+  // The tokens written so far: run beside the next decode step, the sequence already holds that
+  // step's slot, whose K/V the device is still writing.
+  const int64_t written = first + static_cast<int64_t>(tokens.size());
+  ICECACHE_CHECK(written <= seq.length());
+  const Status s = Append(seq, written);
   DropAhead();  // runs that no bulk build took
   return s;
 }
 
-Status IceCacheIndex::Append(KvSequence& seq) {
+Status IceCacheIndex::Append(KvSequence& seq, int64_t len) {
   const int n_layers = context_.layout.n_layers, heads = context_.layout.n_kv_heads;
   const int l0 = context_.config.dense_layers;
   if (l0 >= n_layers) return Status::Ok();  // nothing is sparse
-  const int64_t len = seq.length();
   if (!started_) {
     if (Arranged(seq)) {
       ICECACHE_RETURN_IF_ERROR(Adopt(seq));
@@ -229,6 +233,14 @@ Status IceCacheIndex::Append(KvSequence& seq) {
   return Status::Ok();
 }
 
+bool IceCacheIndex::Staggered() {
+  static const bool on = [] {
+    const char* e = std::getenv("ICECACHE_INDEX_STAGGER");
+    return e == nullptr || e[0] != '0';
+  }();
+  return on;
+}
+
 bool IceCacheIndex::Arranged(const KvSequence& seq) const {
   for (int l = context_.config.dense_layers; l < context_.layout.n_layers; ++l) {
     for (int h = 0; h < context_.layout.n_kv_heads; ++h) {
@@ -261,7 +273,7 @@ int64_t IceCacheIndex::AbsorbPages(const KvSequence& seq, int layer, int head, i
   const ListState& s = state(layer, head);
   const int64_t tail_pos =
       s.started ? seq.tail_pos(layer, head) : static_cast<int64_t>(sink_pages_) * p;
-  const int64_t absorb = (limit - tail_pos) / p;
+  const int64_t absorb = (ListLimit(s, layer, head, limit) - tail_pos) / p;
   if (absorb <= 0) return 0;
   // A bulk build (what Absorb does for an empty tree, or when it absorbs at least as many tokens
   // as the tree holds) lays out every indexed token again, run by run, in ceil(tokens / P) leaves
@@ -271,7 +283,7 @@ int64_t IceCacheIndex::AbsorbPages(const KvSequence& seq, int layer, int head, i
     return RebuildPages(seq.pages(layer, head), sink_pages_, tail + static_cast<int32_t>(absorb), p,
                         AheadOf(layer, head));
   }
-  return absorb * p;
+  return InsertPages(static_cast<int32_t>(absorb), p, seq.pool().holding());
 }
 
 Status IceCacheIndex::Adopt(const KvSequence& seq) {
@@ -296,7 +308,7 @@ void IceCacheIndex::Absorb(KvSequence& seq, int layer, int head, int64_t limit,
     seq.AdvanceTail(layer, head, sink_pages_);
     s.started = true;
   }
-  const int64_t absorb = (limit - seq.tail_pos(layer, head)) / p;
+  const int64_t absorb = (ListLimit(s, layer, head, limit) - seq.tail_pos(layer, head)) / p;
   if (absorb <= 0) return;
   const int32_t pages = static_cast<int32_t>(absorb);
   if (s.tree.empty() || absorb * p >= s.tree.keys()) {

@@ -7,7 +7,9 @@
 //
 // Nothing happens while the context fits the budget (Select then lists every page in order, so
 // the result is exactly full attention). Once it exceeds the budget, every OnAppend absorbs the
-// tail pages that are entirely older than the recent window (the sink pages stay in place):
+// tail pages that are entirely older than the recent window (the sink pages stay in place; once
+// built, list i absorbs i mod page_size tokens later, so that the lists absorb at different
+// steps, and the pages waiting are scored as loose pages meanwhile):
 // the first time (and whenever the tokens to absorb are at least as many as those indexed, as
 // during a chunked prefill) the list is bulk-built anew, otherwise each token is inserted into
 // its nearest leaf, splitting full leaves (list_layout.h). Layers kept dense are left alone.
@@ -69,6 +71,7 @@ class IceCacheIndex : public SequenceIndex {
   void OnTruncate(const KvSequence& seq) override;
   int64_t MemoryBytes() const override;
   int64_t AppendPagesBound(const KvSequence& seq) override;
+  bool UpdatesBesideDeviceReads() const override { return true; }
 
   // Inspection for tests and benchmarks.
   bool started() const { return started_; }
@@ -96,7 +99,22 @@ class IceCacheIndex : public SequenceIndex {
   ListState& state(int layer, int head) {
     return lists_[static_cast<size_t>(layer) * context_.layout.n_kv_heads + head];
   }
-  Status Append(KvSequence& seq);  // OnAppend's work
+  // OnAppend's work, for the first `len` tokens of `seq` (those written).
+  Status Append(KvSequence& seq, int64_t len);
+  // A list's absorption limit for the window's `limit` (positions before it left the window).
+  // Insertions into a built tree are staggered by up to a page of tokens over the lists, so that
+  // a decode step inserts a page into about 1 / page_size of them instead of every page_size
+  // steps into all at once; bulk builds (an empty tree) take everything up to `limit`.
+  int64_t ListLimit(const ListState& s, int layer, int head, int64_t limit) const {
+    if (s.tree.empty() || !Staggered()) return limit;
+    const int64_t list =
+        static_cast<int64_t>(layer - context_.config.dense_layers) * context_.layout.n_kv_heads +
+        head;
+    return limit - list % context_.layout.page_size;
+  }
+  // ICECACHE_INDEX_STAGGER=0 turns the staggering off (all lists absorb at the same steps), for
+  // measurements.
+  static bool Staggered();
   // The list's runs laid out ahead (empty when none).
   std::span<SegmentLayout> AheadOf(int layer, int head);
   // Waits for the runs being laid out in the background (OnPrefillChunk).

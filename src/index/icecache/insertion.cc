@@ -16,9 +16,12 @@ namespace icecache::ice {
 namespace {
 
 // Splits the full leaf page `leaf` (page_size tokens) and the new token (row `src_slot` of page
-// `src_page`, key `key`) into the leaf's page and a fresh page, and tells the tree.
+// `src_page`, key `key`) into the leaf's page and a fresh page, and tells the tree. With `freed`
+// (the device may be reading the leaf's page), the rows that stay go to a second fresh page and
+// the old one joins `freed` instead of being compacted in place.
 void SplitLeafPage(PagePool& pool, int dim, int32_t leaf, const float* key, int32_t src_page,
-                   int src_slot, std::vector<PageRef>* leaf_pages, LeafTree* tree) {
+                   int src_slot, std::vector<PageRef>* leaf_pages, LeafTree* tree,
+                   std::vector<int32_t>* freed) {
   const int p = pool.layout().page_size;
   const KvPoolView view = pool.view();
   const PageRef old = (*leaf_pages)[leaf];
@@ -39,6 +42,13 @@ void SplitLeafPage(PagePool& pool, int dim, int32_t leaf, const float* key, int3
 
   auto id = pool.Allocate();
   ICECACHE_CHECK_MSG(id.ok(), "icecache: free pages were counted before inserting");
+  int32_t keep = old.id;
+  if (freed != nullptr) {
+    auto fresh = pool.Allocate();
+    ICECACHE_CHECK_MSG(fresh.ok(), "icecache: free pages were counted before inserting");
+    keep = *fresh;
+    freed->push_back(old.id);
+  }
   const RowCopier copier(view);
   auto copy = [&](int32_t i, int32_t dst_page, int dst_slot) {
     if (i < p) {
@@ -50,13 +60,13 @@ void SplitLeafPage(PagePool& pool, int dim, int32_t leaf, const float* key, int3
   // First the rows that move out, then compact the rows that stay (ascending, each row moves
   // down or not at all, so no row is overwritten before it is read).
   for (size_t j = 0; j < move.size(); ++j) copy(move[j], *id, static_cast<int>(j));
-  for (size_t j = 0; j < stay.size(); ++j) copy(stay[j], old.id, static_cast<int>(j));
-  pool.Touch(old.id);
+  for (size_t j = 0; j < stay.size(); ++j) copy(stay[j], keep, static_cast<int>(j));
+  pool.Touch(keep);
   pool.Touch(*id);
   std::vector<float> a, b;
   for (int32_t i : stay) a.insert(a.end(), &keys[i * dim], &keys[i * dim] + dim);
   for (int32_t i : move) b.insert(b.end(), &keys[i * dim], &keys[i * dim] + dim);
-  (*leaf_pages)[leaf].len = static_cast<int32_t>(stay.size());
+  (*leaf_pages)[leaf] = {keep, static_cast<int32_t>(stay.size())};
   const int32_t fresh = tree->SplitLeaf(leaf, a.data(), static_cast<int>(stay.size()), b.data(),
                                         static_cast<int>(move.size()));
   ICECACHE_CHECK(fresh == static_cast<int32_t>(leaf_pages->size()));
@@ -70,7 +80,7 @@ bool InsertIntoList(KvSequence& seq, int layer, int head, int32_t sink_pages, in
   ICECACHE_CHECK(!tree->empty());
   const int p = seq.layout().page_size, d = seq.layout().head_dim;
   PagePool& pool = seq.pool();
-  if (pool.spare() < static_cast<int64_t>(absorb) * p) return false;
+  if (pool.spare() < InsertPages(absorb, p, pool.holding())) return false;
   const KvPoolView view = pool.view();
   const int32_t tail = seq.tail_index(layer, head);
   ICECACHE_CHECK(tail == sink_pages + tree->leaves());
@@ -100,6 +110,10 @@ bool InsertIntoList(KvSequence& seq, int layer, int head, int32_t sink_pages, in
   // old tail on (new leaves, then the tail without the absorbed pages).
   const int32_t old_leaves = tree->leaves();
   HeadEdit edit{tail, {}};
+  // The absorbed pages (every row of them moves to a leaf page) and leaf pages split out of place.
+  std::vector<int32_t> freed;
+  for (const PageRef& src : sources) freed.push_back(src.id);
+  std::vector<uint8_t> shown(leaf_pages.size(), 1);  // per leaf: its page is one the list showed
   size_t row = 0;
   for (const PageRef& src : sources) {
     for (int t = 0; t < src.len; ++t, ++row) {
@@ -113,15 +127,18 @@ bool InsertIntoList(KvSequence& seq, int layer, int head, int32_t sink_pages, in
         pool.Touch(lp.id);
         tree->UpdateLeaf(leaf, reader.Keys(lp.id, lp.len), lp.len);
       } else {
-        SplitLeafPage(pool, d, leaf, key, src.id, t, &leaf_pages, tree);
+        // A page the list showed before this call may be in the device's hands: split it out
+        // of place while the pool holds frees. Pages made by this call are the caller's alone.
+        const bool out_of_place = pool.holding() && shown[leaf];
+        SplitLeafPage(pool, d, leaf, key, src.id, t, &leaf_pages, tree,
+                      out_of_place ? &freed : nullptr);
+        shown[leaf] = 0;
+        shown.push_back(0);
       }
     }
   }
   std::vector<PageRef> head_pages(pages.begin(), pages.begin() + sink_pages);
   head_pages.insert(head_pages.end(), leaf_pages.begin(), leaf_pages.end());
-  // Every absorbed row now sits in a leaf page: the absorbed pages go back to the pool.
-  std::vector<int32_t> freed;
-  for (const PageRef& src : sources) freed.push_back(src.id);
   std::sort(edit.entries.begin(), edit.entries.end());
   edit.entries.erase(std::unique(edit.entries.begin(), edit.entries.end()), edit.entries.end());
   seq.ReplaceHead(layer, head, head_pages, freed, std::move(edit));

@@ -36,10 +36,20 @@ int64_t RebuildPages(const std::vector<PageRef>& pages, int32_t sink_pages, int3
 
 // Dynamic insertion: each token of the first `absorb` tail pages (in position order) goes to
 // its nearest leaf; a full leaf splits in two pages by balanced 2-means over its keys and the
-// new one. Needs absorb * page_size spare pages (at most one split per token).
+// new one. Needs InsertPages(absorb, page_size, pool.holding()) spare pages.
+//
+// While the pool holds frees (PagePool::HoldFrees: the device may still read the pages the list
+// showed before), no row a page already holds is rewritten: a token goes after a leaf page's last
+// row, and a split writes both halves to fresh pages (the old page is freed, so held).
 // REQUIRES: !tree->empty().
 bool InsertIntoList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32_t absorb,
                     LeafTree* tree);
+
+// Spare pages InsertIntoList needs for `absorb` pages: at most one split per token, of one fresh
+// page, or of two while the pool holds frees.
+inline int64_t InsertPages(int32_t absorb, int page_size, bool holding) {
+  return static_cast<int64_t>(absorb) * page_size * (holding ? 2 : 1);
+}
 
 // Builds `tree` over a list that another icecache index arranged (a forked sequence): every page
 // between the sink pages and the tail becomes a leaf as it is.

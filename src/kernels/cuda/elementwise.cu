@@ -125,6 +125,13 @@ int LaunchFillRandom(Stream s, void* t, ElemType type, int64_t n, uint64_t seed,
   });
 }
 
+int LaunchScatterI32(Stream s, const int32_t* index, const int32_t* values, int64_t n, int32_t* dst,
+                     int64_t dst_n) {
+  if (n == 0) return 0;
+  ScatterI32Kernel<<<StrideBlocks(n, 256), 256, 0, s>>>(index, values, n, dst, dst_n);
+  return LastError();
+}
+
 int LaunchRopeWriteKv(Stream s, const float* inv_freq, void* q, int64_t q_heads,
                       const KvWriteParams& p) {
   if (p.n_tokens == 0) return 0;

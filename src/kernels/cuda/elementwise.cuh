@@ -1,6 +1,6 @@
 // Element-wise and row-wise kernels: embedding gather, RMSNorm (optionally fused with the
 // residual add), add, SwiGLU, RoPE (optionally fused with the K/V page write), page copies,
-// seeded random fill. Math in f32; one rounding to the output type.
+// seeded random fill, int32 scatter. Math in f32; one rounding to the output type.
 #pragma once
 
 #include <cstdint>
@@ -326,6 +326,15 @@ __device__ __forceinline__ float DeviceRandomUnit(uint64_t seed, uint64_t i) {
   z ^= z >> 31;
   return static_cast<float>(static_cast<int64_t>(z >> 40) - (int64_t{1} << 23)) *
          (1.0f / 8388608.0f);
+}
+
+__global__ void ScatterI32Kernel(const int32_t* index, const int32_t* values, int64_t n,
+                                 int32_t* dst, int64_t dst_n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int32_t p = index[i];
+    if (p >= 0 && p < dst_n) dst[p] = values[i];
+  }
 }
 
 template <typename T>

@@ -34,6 +34,9 @@ int LaunchRope(Stream s, const int32_t* positions, const float* inv_freq, void* 
 int LaunchAddBias(Stream s, void* y, ElemType type, const float* bias, int64_t rows, int64_t cols);
 int LaunchFillRandom(Stream s, void* t, ElemType type, int64_t n, uint64_t seed, float scale,
                      float offset);
+// dst[index[i]] = values[i] for i < n (indices outside [0, dst_n) dropped).
+int LaunchScatterI32(Stream s, const int32_t* index, const int32_t* values, int64_t n, int32_t* dst,
+                     int64_t dst_n);
 
 // K/V rows of a step into their page slots (the pool is bf16).
 struct KvWriteParams {
