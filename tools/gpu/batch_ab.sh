@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # A/B of one engine setting that lives in the environment (ICECACHE_CUDA_LANES=0 against the
-# default, say) on batched decode, H200, Llama-3.1-8B shape with synthetic weights, every batch
-# forked from one prefilled prompt. Runs A and B alternately per (batch, configuration) so that the
-# machine's drift hits both alike; prints each run's --kv-stats lines and a table, and writes one
-# JSON line per run to $OUT/batch_ab.jsonl.
+# default, say) or in the flags (--a-flags "--index-update after") on batched decode, H200,
+# Llama-3.1-8B shape with synthetic weights, every batch forked from one prefilled prompt. Runs A
+# and B alternately per (batch, configuration) so that the machine's drift hits both alike; prints
+# each run's --kv-stats lines and a table, and writes one JSON line per run to
+# $OUT/batch_ab.jsonl.
 #
 #   tools/gpu/batch_ab.sh --bundle FILE [--context 32768] [--batches "8 16"]
 #       [--configs "icecache:256"] [--decode 16] [--a-env "ICECACHE_CUDA_LANES=0"] [--b-env ""]
-#       [--tests FILTER] [--bench-timeout 240]
+#       [--a-flags ""] [--b-flags ""] [--tests FILTER] [--bench-timeout 240]
 # A configuration is POLICY:BUDGET ("full" alone: full attention with all KV on the device, run
-# once per batch, not A/B). --tests runs the bundle's CUDA tests matching the gtest FILTER first.
+# once per batch, not A/B); --a-flags and --b-flags add options to one side's sparse runs.
+# --tests runs the bundle's CUDA tests matching the gtest FILTER first.
 # A run forks the prompt's host KV once per sequence: at 32K on the 8B shape batch 8 took about
 # 85 s on the H200 and batch 16 needs about 150 s, hence the default timeout.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUNDLE="" CONTEXT=32768 BATCHES="8 16" CONFIGS="icecache:256" DECODE=16
-A_ENV="ICECACHE_CUDA_LANES=0" B_ENV="" TESTS="" TIMEOUT=240
+A_ENV="ICECACHE_CUDA_LANES=0" B_ENV="" A_FLAGS="" B_FLAGS="" TESTS="" TIMEOUT=240
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) BUNDLE=$2; shift ;;
@@ -25,6 +27,8 @@ while [[ $# -gt 0 ]]; do
     --decode) DECODE=$2; shift ;;
     --a-env) A_ENV=$2; shift ;;
     --b-env) B_ENV=$2; shift ;;
+    --a-flags) A_FLAGS=$2; shift ;;
+    --b-flags) B_FLAGS=$2; shift ;;
     --tests) TESTS=$2; shift ;;
     --bench-timeout) TIMEOUT=$2; shift ;;
     *) echo "unknown option $1"; exit 2 ;;
@@ -41,8 +45,8 @@ if [[ -n $TESTS ]]; then
     fail "CUDA tests"
 fi
 : >"$OUT/batch_ab.jsonl"
-run() {  # side env-assignments config batch
-  local side=$1 envs=$2 cfg=$3 batch=$4 policy budget args
+run() {  # side env-assignments config batch [flags]
+  local side=$1 envs=$2 cfg=$3 batch=$4 flags=${5:-} policy budget args
   IFS=: read -r policy budget <<<"$cfg"
   args=(bench --synthetic llama-3.1-8b --device cuda --contexts "$CONTEXT" --decode "$DECODE"
         --repeats 1 --prefill-chunk 4096 --shared-prompt --batch "$batch" --kv-stats --json)
@@ -50,8 +54,10 @@ run() {  # side env-assignments config batch
     args+=(--kv-offload off)
   else
     args+=(--kv-policy "$policy" --kv-budget "$budget")
+    # shellcheck disable=SC2206
+    args+=($flags)
   fi
-  step "$side ($envs): batch $batch, $cfg"
+  step "$side ($envs $flags): batch $batch, $cfg"
   # shellcheck disable=SC2086
   if ! env $envs timeout "$TIMEOUT" "$BIN" "${args[@]}" >"$OUT/tmp.json" 2>"$OUT/tmp.err"; then
     echo "failed: $(tail -1 "$OUT/tmp.err")"
@@ -59,7 +65,7 @@ run() {  # side env-assignments config batch
   fi
   grep -E "time per step|fetch " "$OUT/tmp.err" | head -2
   python3 -c 'import json,sys; print(json.dumps({"side": sys.argv[2], "env": sys.argv[3], "config": sys.argv[4], **json.load(open(sys.argv[1]))["results"][0]}))' \
-    "$OUT/tmp.json" "$side" "$envs" "$cfg" >>"$OUT/batch_ab.jsonl"
+    "$OUT/tmp.json" "$side" "$envs $flags" "$cfg" >>"$OUT/batch_ab.jsonl"
 }
 for batch in $BATCHES; do
   for cfg in $CONFIGS; do
@@ -67,8 +73,8 @@ for batch in $BATCHES; do
       run full "" "$cfg" "$batch"
       continue
     fi
-    run A "$A_ENV" "$cfg" "$batch"
-    run B "$B_ENV" "$cfg" "$batch"
+    run A "$A_ENV" "$cfg" "$batch" "$A_FLAGS"
+    run B "$B_ENV" "$cfg" "$batch" "$B_FLAGS"
   done
 done
 rm -f "$OUT/tmp.json" "$OUT/tmp.err"
