@@ -114,6 +114,8 @@ bool InsertIntoList(KvSequence& seq, int layer, int head, int32_t sink_pages, in
   std::vector<int32_t> freed;
   for (const PageRef& src : sources) freed.push_back(src.id);
   std::vector<uint8_t> shown(leaf_pages.size(), 1);  // per leaf: its page is one the list showed
+  // Leaves are refreshed per token, the inner nodes above them once at the end.
+  tree->BeginDeferredRefresh();
   size_t row = 0;
   for (const PageRef& src : sources) {
     for (int t = 0; t < src.len; ++t, ++row) {
@@ -137,6 +139,7 @@ bool InsertIntoList(KvSequence& seq, int layer, int head, int32_t sink_pages, in
       }
     }
   }
+  tree->EndDeferredRefresh();
   std::vector<PageRef> head_pages(pages.begin(), pages.begin() + sink_pages);
   head_pages.insert(head_pages.end(), leaf_pages.begin(), leaf_pages.end());
   std::sort(edit.entries.begin(), edit.entries.end());

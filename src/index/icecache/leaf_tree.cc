@@ -140,9 +140,28 @@ void LeafTree::RefreshNode(int32_t id) {
 }
 
 void LeafTree::RefreshUp(int32_t id) {
+  if (deferred_) {
+    if (id >= 0) dirty_.push_back(id);
+    return;
+  }
   for (int32_t p = id; p >= 0; p = nodes_[p].parent) {
     if (nodes_[p].level > 0) RefreshNode(p);
   }
+}
+
+void LeafTree::EndDeferredRefresh() {
+  deferred_ = false;
+  // The dirty nodes and every ancestor of theirs, each once, lower levels first.
+  std::vector<std::pair<int32_t, int32_t>> todo;  // (level, node)
+  for (int32_t id : dirty_) {
+    for (int32_t p = id; p >= 0; p = nodes_[p].parent) {
+      if (nodes_[p].level > 0) todo.emplace_back(nodes_[p].level, p);
+    }
+  }
+  dirty_.clear();
+  std::sort(todo.begin(), todo.end());
+  todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+  for (const auto& [level, id] : todo) RefreshNode(id);
 }
 
 int32_t LeafTree::AddLeafBall(const float* centroid, float radius, const float* far_key,
@@ -209,8 +228,10 @@ void LeafTree::BuildUpper() {
 
 int32_t LeafTree::NearestLeaf(const float* key, float ext) const {
   ICECACHE_CHECK(root_ >= 0);
-  std::vector<int32_t> frontier{root_};
-  std::vector<std::pair<float, int32_t>> cand;
+  // Kept per thread: the function runs once per inserted key.
+  thread_local std::vector<int32_t> frontier;
+  thread_local std::vector<std::pair<float, int32_t>> cand;
+  frontier.assign(1, root_);
   while (true) {
     cand.clear();
     for (int32_t f : frontier) {

@@ -79,6 +79,12 @@ class LeafTree {
   int32_t NearestLeaf(const float* key, float ext) const;
   // Leaf `leaf` now holds `keys` ([n][dim], n >= 1): refreshes it and its ancestors.
   void UpdateLeaf(int32_t leaf, const float* keys, int n);
+  // Between these two calls UpdateLeaf and SplitLeaf refresh leaves (and nodes they split) but
+  // leave the inner nodes above them as they were; EndDeferredRefresh then refreshes each of
+  // those once, bottom up. Routing (NearestLeaf) meanwhile sees the inner nodes as they were at
+  // the start: one insertion of several keys refreshes each ancestor once instead of per key.
+  void BeginDeferredRefresh() { deferred_ = true; }
+  void EndDeferredRefresh();
   // Leaf `leaf` was split: it keeps `keys_a` and a new leaf (id leaves() before the call, the
   // return value) takes `keys_b`; the new leaf joins the same parent, and parents that overflow
   // split in turn.
@@ -135,6 +141,8 @@ class LeafTree {
   // RefreshNode's sums of means and second moments (kept: it runs for every ancestor per
   // insertion).
   std::vector<double> acc_, acc2_;
+  bool deferred_ = false;
+  std::vector<int32_t> dirty_;  // inner nodes whose refresh (with their ancestors') is deferred
 };
 
 }  // namespace icecache::ice
