@@ -102,7 +102,8 @@ class SequenceIndex {
 
   // Whether OnAppend may run beside the next decode step's device work, which reads the pages
   // the lists showed before it, and with the next token's slot already in `seq` (not yet
-  // written; OnAppend(seq, first, tokens) then covers tokens up to first + tokens.size() only).
+  // written; OnAppend(seq, first, tokens) with the step's ids then covers tokens up to
+  // first + tokens.size() only).
   // The engine holds the pool's frees meanwhile (PagePool::HoldFrees); the index must never
   // rewrite a row that a page already holds (it may write rows past a page's count, and fresh
   // pages). An OnAppend the engine then skips (a failed step) must lose nothing: the next one

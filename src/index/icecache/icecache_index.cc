@@ -166,8 +166,9 @@ Status IceCacheIndex::OnPrefillChunk(const KvSequence& seq, int64_t prompt_end,
 Status IceCacheIndex::OnAppend(KvSequence& seq, int64_t first, std::span<const int32_t> tokens) {
   JoinAhead();
   // The tokens written so far: run beside the next decode step, the sequence already holds that
-  // step's slot, whose K/V the device is still writing.
-  const int64_t written = first + static_cast<int64_t>(tokens.size());
+  // step's slot, whose K/V the device is still writing. (Without the ids: all of them.)
+  const int64_t written =
+      tokens.empty() ? seq.length() : first + static_cast<int64_t>(tokens.size());
   ICECACHE_CHECK(written <= seq.length());
   const Status s = Append(seq, written);
   DropAhead();  // runs that no bulk build took
