@@ -7,7 +7,7 @@
 # $OUT/batch_ab.jsonl.
 #
 #   tools/gpu/batch_ab.sh --bundle FILE [--context 32768] [--batches "8 16"]
-#       [--configs "icecache:256"] [--decode 16] [--a-env "ICECACHE_CUDA_LANES=0"] [--b-env ""]
+#       [--configs "icecache:256"] [--decode 48] [--a-env "ICECACHE_CUDA_LANES=0"] [--b-env ""]
 #       [--a-flags ""] [--b-flags ""] [--tests FILTER] [--bench-timeout 240]
 # A configuration is POLICY:BUDGET ("full" alone: full attention with all KV on the device, run
 # once per batch, not A/B); --a-flags and --b-flags add options to one side's sparse runs.
@@ -16,7 +16,7 @@
 # 85 s on the H200 and batch 16 needs about 150 s, hence the default timeout.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BUNDLE="" CONTEXT=32768 BATCHES="8 16" CONFIGS="icecache:256" DECODE=16
+BUNDLE="" CONTEXT=32768 BATCHES="8 16" CONFIGS="icecache:256" DECODE=48
 A_ENV="ICECACHE_CUDA_LANES=0" B_ENV="" A_FLAGS="" B_FLAGS="" TESTS="" TIMEOUT=240
 while [[ $# -gt 0 ]]; do
   case $1 in
