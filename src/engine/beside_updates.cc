@@ -18,6 +18,16 @@
 
 namespace icecache {
 
+void EngineImpl::ChargeUpdates(std::span<const IndexUpdate> updates,
+                               const std::vector<double>& took, bool beside) {
+  for (size_t k = 0; k < updates.size(); ++k) {
+    KvAccounting& acct = updates[k].state->acct;
+    acct.update_s += took[k];
+    if (beside) acct.update_beside_s += took[k];
+    if (!acct.step_update_s.empty()) acct.step_update_s.back() += took[k];
+  }
+}
+
 class EngineImpl::BesideUpdates : public BesideWork {
  public:
   explicit BesideUpdates(EngineImpl* engine) : e_(engine) {}
@@ -46,16 +56,8 @@ class EngineImpl::BesideUpdates : public BesideWork {
   }
   bool ran() const { return ran_; }
 
-  // Charges each update to its sequence's index update, and to the step that ran it (after that
-  // step's own accounting), as time beside the device's work.
-  void Charge() {
-    for (size_t k = 0; k < updates_.size(); ++k) {
-      KvAccounting& acct = updates_[k].state->acct;
-      acct.update_s += took_[k];
-      acct.update_beside_s += took_[k];
-      if (!acct.step_update_s.empty()) acct.step_update_s.back() += took_[k];
-    }
-  }
+  // Charges the updates to the step that ran them (after that step's own accounting).
+  void Charge() { ChargeUpdates(updates_, took_, true); }
 
  private:
   EngineImpl* e_;
@@ -91,13 +93,9 @@ Status EngineImpl::FlushPendingUpdates(std::span<SequenceState* const> waiting) 
   const double t0 = NowSeconds();
   const Status s = RunIndexUpdates(updates, &took);
   const double wall = NowSeconds() - t0;
+  ChargeUpdates(updates, took, false);
   std::vector<SequenceState*> charged(waiting.begin(), waiting.end());
-  for (size_t k = 0; k < updates.size(); ++k) {
-    KvAccounting& acct = updates[k].state->acct;
-    acct.update_s += took[k];
-    if (!acct.step_update_s.empty()) acct.step_update_s.back() += took[k];
-    charged.push_back(updates[k].state);
-  }
+  for (const IndexUpdate& u : updates) charged.push_back(u.state);
   // Each sequence waited for all of the updates.
   std::sort(charged.begin(), charged.end());
   charged.erase(std::unique(charged.begin(), charged.end()), charged.end());

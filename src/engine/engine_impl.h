@@ -114,6 +114,10 @@ class EngineImpl : public Engine {
   // GPU), every indexed sequence selecting on the device with an index that allows it
   // (SequenceIndex::UpdatesBesideDeviceReads), and no --kv-timing or --kv-recall.
   bool UpdatesBeside(std::span<SequenceState* const> states) const;
+  // Charges updates[k]'s seconds took[k] to its sequence's index update and to its last step
+  // (the step that ran it, or the one it followed); `beside`: as time beside the device's work.
+  static void ChargeUpdates(std::span<const IndexUpdate> updates, const std::vector<double>& took,
+                            bool beside);
   // Runs pending_ now (between steps: waits for the device first). Charges each update to its
   // sequence, and the time all of them took to each of them and to the `waiting` sequences.
   Status FlushPendingUpdates(std::span<SequenceState* const> waiting = {});
