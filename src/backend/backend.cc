@@ -76,13 +76,29 @@ void Backend::WriteKv(const KvWriteArgs& args) {
   DoWriteKv(args);
 }
 
-void Backend::Attention(const AttentionArgs& args) {
+namespace {
+
+void CheckAttention(const AttentionArgs& args) {
   ICECACHE_CHECK(args.q.ndim() == 3 && SameShape(args.q, args.out));
   ICECACHE_CHECK(args.q.dim(1) == args.n_heads && args.q.dim(2) == args.pool.head_dim);
   ICECACHE_CHECK(args.n_kv_heads > 0 && args.n_heads % args.n_kv_heads == 0);
   ICECACHE_CHECK(args.positions.numel() == args.q.dim(0));
   ICECACHE_CHECK(args.row_base.numel() == args.q.dim(0));
+}
+
+}  // namespace
+
+void Backend::Attention(const AttentionArgs& args) {
+  CheckAttention(args);
   DoAttention(args);
+}
+
+void Backend::AttentionBatch(std::span<const AttentionArgs> args) {
+  for (const AttentionArgs& a : args) {
+    CheckAttention(a);
+    ICECACHE_CHECK(a.q.dim(0) == 1);
+  }
+  if (!args.empty()) DoAttentionBatch(args);
 }
 
 void Backend::CopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
@@ -110,7 +126,9 @@ void Backend::PageBounds(const PageBoundsArgs& args) {
   DoPageBounds(args);
 }
 
-void Backend::SelectPages(const PageSelectArgs& args) {
+namespace {
+
+void CheckSelectPages(const PageSelectArgs& args) {
   const int64_t rows = args.list_ids.dim(0);
   ICECACHE_CHECK(args.list_ids.ndim() == 2 && SameShape(args.list_ids, args.list_lens));
   ICECACHE_CHECK(args.limits.numel() == rows * 5 && args.limits.dtype() == DType::kI32);
@@ -125,10 +143,9 @@ void Backend::SelectPages(const PageSelectArgs& args) {
                  (args.bounds.dtype() == kMeanKeyDType && args.spread.dtype() == DType::kF32 &&
                   args.spread.numel() == args.bounds.dim(0)));
   ICECACHE_CHECK(args.q.numel() == args.n_heads * args.bounds.dim(2));
-  DoSelectPages(args);
 }
 
-void Backend::MapPages(const PageMapArgs& args) {
+void CheckMapPages(const PageMapArgs& args) {
   const int64_t rows = args.sel_ids.dim(0), stride = args.sel_ids.dim(1);
   ICECACHE_CHECK(args.sel_ids.ndim() == 2 && SameShape(args.sel_ids, args.sel_lens));
   ICECACHE_CHECK(args.sel_count.numel() == rows);
@@ -146,7 +163,28 @@ void Backend::MapPages(const PageMapArgs& args) {
                  (args.pending.dtype() == DType::kI32 && args.pending.numel() == rows));
   ICECACHE_CHECK(args.slot_used.empty() || (args.slot_used.dtype() == DType::kI32 &&
                                             args.slot_used.numel() == args.slots.num_pages));
+}
+
+}  // namespace
+
+void Backend::SelectPages(const PageSelectArgs& args) {
+  CheckSelectPages(args);
+  DoSelectPages(args);
+}
+
+void Backend::MapPages(const PageMapArgs& args) {
+  CheckMapPages(args);
   DoMapPages(args);
+}
+
+void Backend::SelectPagesBatch(std::span<const PageSelectArgs> args) {
+  for (const PageSelectArgs& a : args) CheckSelectPages(a);
+  if (!args.empty()) DoSelectPagesBatch(args);
+}
+
+void Backend::MapPagesBatch(std::span<const PageMapArgs> args) {
+  for (const PageMapArgs& a : args) CheckMapPages(a);
+  if (!args.empty()) DoMapPagesBatch(args);
 }
 
 void Backend::FillRandom(const Tensor& t, uint64_t seed, float scale, float offset) {

@@ -279,6 +279,12 @@ class Backend {
   void PageBounds(const PageBoundsArgs& args);
   void SelectPages(const PageSelectArgs& args);
   void MapPages(const PageMapArgs& args);
+  // Batches of independent calls (the sequences of one decode step), each entry with the result
+  // of the single call: a GPU runs each kernel once for all of them instead of once per entry.
+  // Entries must not write the same memory; AttentionBatch takes one query token per entry.
+  void SelectPagesBatch(std::span<const PageSelectArgs> args);
+  void MapPagesBatch(std::span<const PageMapArgs> args);
+  void AttentionBatch(std::span<const AttentionArgs> args);
   // Fills `t` (f32 or bf16, backend memory) with offset + scale * u_i, u_i uniform in [-1, 1)
   // from a counter-based generator: element i depends only on (seed, i), so every backend
   // fills the same values (synthetic models).
@@ -318,6 +324,15 @@ class Backend {
   virtual void DoPageBounds(const PageBoundsArgs& args) = 0;
   virtual void DoSelectPages(const PageSelectArgs& args) = 0;
   virtual void DoMapPages(const PageMapArgs& args) = 0;
+  virtual void DoSelectPagesBatch(std::span<const PageSelectArgs> args) {
+    for (const PageSelectArgs& a : args) DoSelectPages(a);
+  }
+  virtual void DoMapPagesBatch(std::span<const PageMapArgs> args) {
+    for (const PageMapArgs& a : args) DoMapPages(a);
+  }
+  virtual void DoAttentionBatch(std::span<const AttentionArgs> args) {
+    for (const AttentionArgs& a : args) DoAttention(a);
+  }
   virtual void DoAddRmsNorm(const Tensor& a, const Tensor& inout, const Tensor& w, float eps,
                             const Tensor& out) {
     DoAdd(a, inout);

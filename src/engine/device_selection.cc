@@ -319,7 +319,7 @@ Status DeviceSelection::Sync(const KvSequence& seq, int pending) {
   return Status::Ok();
 }
 
-void DeviceSelection::Select(int layer, const Tensor& q) {
+PageSelectArgs DeviceSelection::SelectArgs(int layer, const Tensor& q) const {
   const int64_t first = static_cast<int64_t>(layer) * heads_;
   PageSelectArgs s;
   s.q = q;
@@ -334,7 +334,11 @@ void DeviceSelection::Select(int layer, const Tensor& q) {
   s.out_lens = out_lens_;
   s.out_count = out_count_;
   s.n_heads = n_heads_;
-  backend_->SelectPages(s);
+  return s;
+}
+
+void DeviceSelection::Select(int layer, const Tensor& q) {
+  backend_->SelectPages(SelectArgs(layer, q));
 }
 
 PageMapArgs DeviceSelection::MapArgs(int layer, const WorkingSet& ws) const {
@@ -357,13 +361,19 @@ PageMapArgs DeviceSelection::MapArgs(int layer, const WorkingSet& ws) const {
   return m;
 }
 
+PageTableView DeviceSelection::Table() const {
+  const int32_t* t = table_.data_as<const int32_t>();
+  PageTableView table;
+  table.indptr = t;
+  table.indices = t + heads_ + 1;
+  table.lens = t + heads_ + 1 + static_cast<int64_t>(heads_) * limits_.max_pages;
+  table.num_rows = heads_;
+  return table;
+}
+
 void DeviceSelection::Map(int layer, const WorkingSet& ws, PageTableView* table) {
   backend_->MapPages(MapArgs(layer, ws));
-  const int32_t* t = table_.data_as<const int32_t>();
-  table->indptr = t;
-  table->indices = t + heads_ + 1;
-  table->lens = t + heads_ + 1 + static_cast<int64_t>(heads_) * limits_.max_pages;
-  table->num_rows = heads_;
+  *table = Table();
 }
 
 void DeviceSelection::Prefetch(int layer, const Tensor& q, const WorkingSet& ws) {

@@ -62,6 +62,11 @@ class DeviceSelection {
   // Maps the selection into `ws` (fetching what is missing); `table` then views the attention's
   // page table over the working set.
   void Map(int layer, const WorkingSet& ws, PageTableView* table);
+  // The arguments Select and Map pass the backend (for Backend::SelectPagesBatch and
+  // MapPagesBatch over a step's sequences), and the page table a map writes.
+  PageSelectArgs SelectArgs(int layer, const Tensor& q) const;
+  PageMapArgs MapArgs(int layer, const WorkingSet& ws) const;
+  PageTableView Table() const;
   // Selects `layer`'s pages for an early estimate `q` of its queries and brings them into `ws`
   // (MapPages' prefetch mode: the page the step is still writing is left alone). Select and Map
   // with the real queries follow; they find the prefetched pages resident, and select what they
@@ -91,8 +96,6 @@ class DeviceSelection {
   int32_t TakeRow();
   void GiveRow(int32_t row);
   Status GrowSummaries();
-  // MapPages' arguments for `layer` over the last selection (a normal map).
-  PageMapArgs MapArgs(int layer, const WorkingSet& ws) const;
   void ResetResidency();
 
   Backend* backend_ = nullptr;

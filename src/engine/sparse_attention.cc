@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "core/half.h"
@@ -10,7 +11,10 @@
 namespace icecache {
 
 SparseAttention::SparseAttention(Backend* backend, const ModelConfig& config)
-    : backend_(backend), config_(config) {}
+    : backend_(backend), config_(config) {
+  const char* e = std::getenv("ICECACHE_DEVICE_BATCH");
+  batch_ops_ = e == nullptr || e[0] != '0';
+}
 
 Status SparseAttention::Prepare(const StepContext& step) {
   if (step.seqs.size() != states_.size()) return Internal("sparse attention: batch mismatch");
@@ -139,8 +143,8 @@ Status SparseAttention::AttendOne(const Tensor& q, const Tensor& out, int64_t to
   return Status::Ok();
 }
 
-void SparseAttention::AttendTable(const Tensor& q, const Tensor& out, int64_t token,
-                                  const PageTableView& table, const KvPoolView& pool) {
+AttentionArgs SparseAttention::TableArgs(const Tensor& q, const Tensor& out, int64_t token,
+                                         const PageTableView& table, const KvPoolView& pool) const {
   AttentionArgs a;
   a.q = q.Slice(token, token + 1);
   a.out = out.Slice(token, token + 1);
@@ -152,7 +156,12 @@ void SparseAttention::AttendTable(const Tensor& q, const Tensor& out, int64_t to
   a.n_kv_heads = config_.n_kv_heads;
   a.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));  // as AttentionRecall
   a.causal = true;
-  backend_->Attention(a);
+  return a;
+}
+
+void SparseAttention::AttendTable(const Tensor& q, const Tensor& out, int64_t token,
+                                  const PageTableView& table, const KvPoolView& pool) {
+  backend_->Attention(TableArgs(q, out, token, table, pool));
 }
 
 void SparseAttention::AttendDeviceSelected(int layer, const Tensor& q, const Tensor& out,
@@ -181,6 +190,38 @@ void SparseAttention::AttendDeviceSelected(int layer, const Tensor& q, const Ten
   }
   acct.nodes += sel.planned_nodes(layer);  // tokens: the device counters (SequenceState::Stats)
   ++acct.sparse_layer_steps;
+}
+
+void SparseAttention::AttendDeviceSelectedBatch(int layer, const Tensor& q, const Tensor& out) {
+  const int64_t width = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
+  select_batch_.clear();
+  map_batch_.clear();
+  attend_batch_.clear();
+  for (const size_t i : device_selected_) {
+    SequenceState& st = *states_[i];
+    const DeviceSelection& sel = *st.device_select;
+    const int64_t t = static_cast<int64_t>(i);
+    select_batch_.push_back(sel.SelectArgs(layer, q.Slice(t, t + 1).Reshape({width})));
+    map_batch_.push_back(sel.MapArgs(layer, *st.working_set));
+    attend_batch_.push_back(TableArgs(q, out, t, sel.Table(), st.working_set->view()));
+    st.acct.nodes += sel.planned_nodes(layer);  // tokens: the device counters
+    ++st.acct.sparse_layer_steps;
+  }
+  const double t0 = NowSeconds();
+  backend_->SelectPagesBatch(select_batch_);
+  const double t1 = NowSeconds();
+  backend_->MapPagesBatch(map_batch_);
+  const double t2 = NowSeconds();
+  backend_->AttentionBatch(attend_batch_);
+  const double t3 = NowSeconds();
+  if (backend_->device() != Device::kCpu) return;  // only queued: the time is left to "rest"
+  const double share = 1.0 / static_cast<double>(device_selected_.size());
+  for (const size_t i : device_selected_) {
+    KvAccounting& acct = states_[i]->acct;
+    acct.select_s += (t1 - t0) * share;
+    acct.fetch_s += (t2 - t1) * share;
+    acct.attend_s += (t3 - t2) * share;
+  }
 }
 
 Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
@@ -284,9 +325,13 @@ Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
     acct.nodes += sel.nodes_visited;
     ++acct.sparse_layer_steps;
   }
-  // Sequences that select in backend memory queue only backend ops: one lane each, so that a
-  // GPU runs their small selection, map and attention kernels side by side (unless their phases
-  // are timed, which waits after each).
+  // Sequences that select in backend memory queue only backend ops: batched ops over all of
+  // them, or one lane each, so that a GPU runs their small selection, map and attention kernels
+  // side by side (unless their phases are timed, which waits after each).
+  if (batch_ops_ && device_selected_.size() > 1 && !(phase_timing_ && gpu)) {
+    AttendDeviceSelectedBatch(layer, q, out);
+    return Status::Ok();
+  }
   const bool lanes = device_selected_.size() > 1 && !(phase_timing_ && gpu);
   if (lanes) backend_->BeginLanes();
   for (size_t k = 0; k < device_selected_.size(); ++k) {

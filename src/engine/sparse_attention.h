@@ -12,6 +12,8 @@
 // prefetches: from the transformer's early estimate of the next layer's queries it selects and
 // maps that layer's pages as side work while the current layer computes, so that the real
 // selection finds most of its pages resident (DeviceSelection::Prefetch).
+// In a batch, the sequences that select in backend memory run each phase as one batched op over
+// all of them (Backend::SelectPagesBatch, MapPagesBatch, AttentionBatch).
 //
 // Otherwise, on a GPU the host tier is pinned host memory (--kv-offload) and the working set is
 // device memory: the policies select on the host from a copy of the layer's queries (one
@@ -63,10 +65,16 @@ class SparseAttention : public LayerAttention {
   // Attention of one sequence's token over `table` (backend memory) in `pool`.
   void AttendTable(const Tensor& q, const Tensor& out, int64_t token, const PageTableView& table,
                    const KvPoolView& pool);
+  AttentionArgs TableArgs(const Tensor& q, const Tensor& out, int64_t token,
+                          const PageTableView& table, const KvPoolView& pool) const;
   // A sequence whose selection runs in backend memory (DeviceSelection): no host round trip,
   // backend ops only (so it may run in a lane).
   void AttendDeviceSelected(int layer, const Tensor& q, const Tensor& out, int64_t token,
                             SequenceState& st);
+  // The same for all of device_selected_ at once: one SelectPagesBatch, MapPagesBatch and
+  // AttentionBatch, so that a GPU runs each kernel once for the whole batch. The phases' time
+  // (charged where the work runs as it is queued) is shared evenly among the sequences.
+  void AttendDeviceSelectedBatch(int layer, const Tensor& q, const Tensor& out);
   // The layer's queries as host f32 [n_tokens][n_heads * head_dim] (a view of `q` on the CPU; a
   // converted copy on other backends).
   Result<const float*> HostQueries(const Tensor& q);
@@ -80,7 +88,12 @@ class SparseAttention : public LayerAttention {
   std::vector<std::vector<PageRef>> selected_, mapped_;
   std::vector<std::vector<int32_t>> token_slots_;
   std::vector<size_t> device_selected_;  // this layer's sequences that select in backend memory
-  std::vector<int32_t> table_;           // host staging: indptr | indices | lens
+  std::vector<PageSelectArgs> select_batch_;
+  std::vector<PageMapArgs> map_batch_;
+  std::vector<AttentionArgs> attend_batch_;
+  // Batched ops for several device-selecting sequences (ICECACHE_DEVICE_BATCH=0: one lane each).
+  bool batch_ops_ = true;
+  std::vector<int32_t> table_;  // host staging: indptr | indices | lens
   Tensor table_dev_, q_host_, row_base_;
   std::vector<float> q_f32_;
   AttentionRecall recall_;

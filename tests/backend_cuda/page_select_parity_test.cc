@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -458,6 +459,189 @@ TEST(CudaPageSelect, LongRowsRankAsTheCpu) {
     }
   }
 }
+
+// One sequence's device-side selection state for the batch test: lists, limits, outputs, a
+// working set of its own and its residency map, all in device memory.
+struct BatchEntry {
+  int rows = 0, stride = 0;
+  Tensor q, list_ids, list_lens, list_rows, limits, scores, out_ids, out_lens, out_count;
+  Pool slots;
+  Tensor resident, slot_page, slot_len, slot_used, table, fetch, counters, att_q, att_out;
+  Tensor positions, row_base;
+};
+
+constexpr int kBatchOut = 48, kBatchCap = 64, kBatchGroup = 4;
+
+BatchEntry MakeBatchEntry(Backend& gpu, int rows, int stride, std::mt19937* rng) {
+  BatchEntry e;
+  e.rows = rows;
+  e.stride = stride;
+  e.list_ids = gpu.Allocate(DType::kI32, {rows, stride}).value();
+  e.list_lens = gpu.Allocate(DType::kI32, {rows, stride}).value();
+  e.list_rows = gpu.Allocate(DType::kI32, {rows, stride}).value();
+  e.limits = gpu.Allocate(DType::kI32, {rows, 5}).value();
+  e.q = gpu.Allocate(DType::kBF16, {int64_t{rows} * kBatchGroup * kDim}).value();
+  e.scores = gpu.Allocate(DType::kF32, {rows, stride}).value();
+  e.out_ids = gpu.Allocate(DType::kI32, {rows, kBatchOut}).value();
+  e.out_lens = gpu.Allocate(DType::kI32, {rows, kBatchOut}).value();
+  e.out_count = gpu.Allocate(DType::kI32, {rows}).value();
+  const int64_t slots = int64_t{rows} * kBatchCap;
+  e.slots = MakePool(gpu, slots, rng, false);
+  e.resident = I32ToDevice(gpu, std::vector<int32_t>(kHostPages, -1), {kHostPages});
+  e.slot_page = I32ToDevice(gpu, std::vector<int32_t>(slots, -1), {slots});
+  e.slot_len = I32ToDevice(gpu, std::vector<int32_t>(slots, 0), {slots});
+  e.slot_used = I32ToDevice(gpu, std::vector<int32_t>(slots, -1), {slots});
+  e.table = gpu.Allocate(DType::kI32, {rows + 1 + 2 * rows * kBatchOut}).value();
+  e.fetch = gpu.Allocate(DType::kI32, {rows * (1 + 2 * kBatchCap)}).value();
+  e.counters = I32ToDevice(gpu, std::vector<int32_t>(8, 0), {8});
+  e.att_q = gpu.Allocate(DType::kBF16, {1, rows * kBatchGroup, kDim}).value();
+  e.att_out = gpu.Allocate(DType::kBF16, {1, rows * kBatchGroup, kDim}).value();
+  e.positions = I32ToDevice(gpu, {1 << 30}, {1});
+  e.row_base = I32ToDevice(gpu, {0}, {1});
+  return e;
+}
+
+// Batched SelectPages, MapPages and decode attention over many sequences' states (more than
+// one launch holds) against one call per sequence on a twin state: the same selections, maps,
+// residency, counters and slot contents bit for bit, and the same attention up to the rounding
+// of a different split of the page lists.
+void CheckBatchedOps(int bound_rows) {
+  ICECACHE_CUDA_OR_SKIP(gpu);
+  auto cpu = MakeCpuBackend({.threads = 1});
+  std::mt19937 rng(23);
+  Pool host = MakePool(*gpu, kHostPages, &rng, true);
+  std::vector<int32_t> ids(kHostPages), lens(kHostPages);
+  std::iota(ids.begin(), ids.end(), 0);
+  for (int32_t& l : lens) l = bound_rows == 2 ? 1 + static_cast<int>(rng() % kPage) : kPage;
+  Summaries sums = Summarize(*cpu, *gpu, host, ids, lens, bound_rows);
+  const int n = 18;  // two launches of the kernels' batch
+  std::vector<BatchEntry> one, many;
+  for (int i = 0; i < n; ++i) {
+    const int rows = i % 2 == 0 ? 8 : 4, stride = 256 + 128 * (i % 3);
+    one.push_back(MakeBatchEntry(*gpu, rows, stride, &rng));
+    many.push_back(MakeBatchEntry(*gpu, rows, stride, &rng));
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kDim));
+  for (int step = 0; step < 4; ++step) {
+    SCOPED_TRACE(step);
+    std::vector<PageSelectArgs> sel;
+    std::vector<PageMapArgs> map;
+    std::vector<AttentionArgs> att;
+    for (int i = 0; i < n; ++i) {
+      const int rows = one[i].rows, stride = one[i].stride;
+      std::vector<int32_t> list_ids(rows * stride, -1), list_lens(rows * stride, 0), limits;
+      for (int r = 0; r < rows; ++r) {
+        // Rows own distinct pages (a residency map is per page); sequences share them.
+        const int count = 20 + static_cast<int>(rng() % (stride - 20));
+        std::vector<int32_t> pick(kHostPages / 8);
+        std::iota(pick.begin(), pick.end(), r * (kHostPages / 8));
+        std::shuffle(pick.begin(), pick.end(), rng);
+        for (int e = 0; e < count; ++e) {
+          list_ids[r * stride + e] = pick[e];
+          list_lens[r * stride + e] = lens[pick[e]];
+        }
+        const int sink = 1, window = 3;
+        const int pages_left = 1 + static_cast<int>(rng() % (kBatchOut - sink - window));
+        limits.insert(limits.end(), {count, sink, count - window, pages_left * kPage, pages_left});
+      }
+      const std::vector<int32_t> summary_rows = RowsOf(list_ids);
+      const std::vector<uint16_t> q = Queries(rng, rows * kBatchGroup, bound_rows);
+      const std::vector<float> att_q = testing::Bf16Exact(rng, int64_t{rows} * kBatchGroup * kDim);
+      for (BatchEntry* e : {&one[i], &many[i]}) {
+        ASSERT_TRUE(gpu->Copy(testing::I32Tensor(list_ids, {rows, stride}), e->list_ids).ok());
+        ASSERT_TRUE(gpu->Copy(testing::I32Tensor(list_lens, {rows, stride}), e->list_lens).ok());
+        ASSERT_TRUE(gpu->Copy(testing::I32Tensor(summary_rows, {rows, stride}), e->list_rows).ok());
+        ASSERT_TRUE(gpu->Copy(testing::I32Tensor(limits, {rows, 5}), e->limits).ok());
+        ASSERT_TRUE(gpu->Copy(Tensor(const_cast<uint16_t*>(q.data()), DType::kBF16,
+                                     {static_cast<int64_t>(q.size())}),
+                              e->q)
+                        .ok());
+        e->att_q = testing::ToDevice(*gpu, att_q, DType::kBF16, {1, rows * kBatchGroup, kDim});
+      }
+      for (BatchEntry* e : {&one[i], &many[i]}) {
+        PageSelectArgs s;
+        s.q = e->q;
+        s.list_ids = e->list_ids;
+        s.list_lens = e->list_lens;
+        s.list_rows = e->list_rows;
+        s.limits = e->limits;
+        s.bounds = sums.gpu;
+        s.spread = sums.gpu_spread;
+        s.scores = e->scores;
+        s.out_ids = e->out_ids;
+        s.out_lens = e->out_lens;
+        s.out_count = e->out_count;
+        s.n_heads = rows * kBatchGroup;
+        PageMapArgs m;
+        m.sel_ids = e->out_ids;
+        m.sel_lens = e->out_lens;
+        m.sel_count = e->out_count;
+        m.host = host.View(true, kHostPages);
+        m.slots = e->slots.View(true, int64_t{rows} * kBatchCap);
+        m.first_group = 0;
+        m.capacity = kBatchCap;
+        m.resident = e->resident;
+        m.slot_page = e->slot_page;
+        m.slot_len = e->slot_len;
+        m.slot_used = e->slot_used;
+        m.clock = step + 1;
+        m.table = e->table;
+        m.fetch = e->fetch;
+        m.counters = e->counters;
+        const int32_t* t = e->table.data_as<const int32_t>();
+        AttentionArgs a;
+        a.q = e->att_q;
+        a.out = e->att_out;
+        a.positions = e->positions;
+        a.row_base = e->row_base;
+        a.table = {t, t + rows + 1, t + rows + 1 + rows * kBatchOut, rows};
+        a.pool = m.slots;
+        a.n_heads = rows * kBatchGroup;
+        a.n_kv_heads = rows;
+        a.scale = scale;
+        a.causal = true;
+        if (e == &one[i]) {
+          gpu->SelectPages(s);
+          gpu->MapPages(m);
+          gpu->Attention(a);
+        } else {
+          sel.push_back(s);
+          map.push_back(m);
+          att.push_back(a);
+        }
+      }
+    }
+    gpu->SelectPagesBatch(sel);
+    gpu->MapPagesBatch(map);
+    gpu->AttentionBatch(att);
+    for (int i = 0; i < n; ++i) {
+      SCOPED_TRACE(i);
+      const BatchEntry &a = one[i], &b = many[i];
+      EXPECT_EQ(I32ToHost(*gpu, a.out_count), I32ToHost(*gpu, b.out_count));
+      EXPECT_EQ(I32ToHost(*gpu, a.out_ids), I32ToHost(*gpu, b.out_ids));
+      EXPECT_EQ(I32ToHost(*gpu, a.table), I32ToHost(*gpu, b.table));
+      EXPECT_EQ(I32ToHost(*gpu, a.resident), I32ToHost(*gpu, b.resident));
+      EXPECT_EQ(I32ToHost(*gpu, a.slot_page), I32ToHost(*gpu, b.slot_page));
+      EXPECT_EQ(I32ToHost(*gpu, a.slot_used), I32ToHost(*gpu, b.slot_used));
+      EXPECT_EQ(I32ToHost(*gpu, a.counters), I32ToHost(*gpu, b.counters));
+      EXPECT_EQ(ToHostU16(*gpu, a.slots.dk), ToHostU16(*gpu, b.slots.dk));
+      const std::vector<float> oa = testing::ToHostF32(*gpu, a.att_out);
+      const std::vector<float> ob = testing::ToHostF32(*gpu, b.att_out);
+      double worst = 0, norm = 0;
+      for (size_t k = 0; k < oa.size(); ++k) {
+        worst = std::max(worst, std::abs(static_cast<double>(oa[k]) - ob[k]));
+        norm = std::max(norm, std::abs(static_cast<double>(oa[k])));
+      }
+      EXPECT_GT(norm, 0.0);
+      EXPECT_LT(worst, 2e-2 * std::max(1.0, norm));
+    }
+  }
+  const std::vector<int32_t> c = I32ToHost(*gpu, many[0].counters);
+  EXPECT_GT(reinterpret_cast<const int64_t*>(c.data())[1], 0);  // pages were fetched
+}
+
+TEST(CudaPageSelect, BatchedOpsMatchOneCallEachWithMinMaxBounds) { CheckBatchedOps(2); }
+TEST(CudaPageSelect, BatchedOpsMatchOneCallEachWithMeanKeys) { CheckBatchedOps(1); }
 
 TEST(CudaPageSelect, QuestOnTheDeviceAgreesWithQuestOnTheHost) { CompareDeviceAndHost("quest"); }
 TEST(CudaPageSelect, IceCacheOnTheDeviceAgreesWithIceCacheOnTheHost) {

@@ -17,6 +17,8 @@
 // - unsupported combinations are clear errors.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -298,6 +300,54 @@ TEST_F(DeviceSelectionTest, IndexUpdatesBesideTheNextStepLoseNoToken) {
     EXPECT_GT(absorbed, 0);
     EXPECT_FALSE(seq.pool().holding());
     EXPECT_EQ(seq.pool().used(), static_cast<int64_t>(pages.size()));
+  }
+}
+
+// A batch of sequences that select in backend memory runs its selections, maps and attention as
+// batched ops (one call each per layer); ICECACHE_DEVICE_BATCH=0 runs them one sequence after
+// another (one lane each on a GPU). With the CPU's reference ops both give the same tokens and
+// attend the same pages, and each sequence generates what it generates alone.
+TEST_F(DeviceSelectionTest, BatchedOpsGenerateWhatOneSequenceAtATimeGenerates) {
+  KvConfig kv = Quest(64);
+  kv.policy = "icecache";
+  kv.rank = "centroid";
+  std::vector<GenerateRequest> reqs(3);
+  for (int i = 0; i < 3; ++i) {
+    reqs[i].prompt_tokens = Tokens(200 + 40 * i, 3 + i);
+    reqs[i].max_tokens = 24;
+    reqs[i].ignore_eos = true;
+  }
+  std::vector<std::vector<GenerateResult>> runs;
+  for (const char* batch_ops : {"1", "0"}) {
+    SCOPED_TRACE(batch_ops);
+    setenv("ICECACHE_DEVICE_BATCH", batch_ops, 1);
+    EngineOptions o{.model = *dir_, .context_size = 1024, .prefill_chunk = 64};
+    o.kv = kv;
+    o.kv_select = "device";
+    o.max_sequences = 3;
+    auto made = Engine::Create(o);
+    unsetenv("ICECACHE_DEVICE_BATCH");
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    auto batch = (*made)->GenerateBatch(reqs);
+    ASSERT_TRUE(batch.ok()) << batch.status().message();
+    for (const GenerateResult& r : *batch) {
+      EXPECT_TRUE(r.stats.kv.device_select);
+      EXPECT_GT(r.stats.kv.hit_rate, 0.0);
+    }
+    runs.push_back(std::move(batch).value());
+    if (runs.size() == 1) {
+      for (int i = 0; i < 3; ++i) {
+        auto alone = (*made)->Generate(reqs[i]);
+        ASSERT_TRUE(alone.ok()) << alone.status().message();
+        EXPECT_EQ(runs[0][i].tokens, alone->tokens) << "request " << i;
+      }
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(runs[0][i].tokens, runs[1][i].tokens);
+    EXPECT_DOUBLE_EQ(runs[0][i].stats.kv.tokens_attended, runs[1][i].stats.kv.tokens_attended);
+    EXPECT_DOUBLE_EQ(runs[0][i].stats.kv.hit_rate, runs[1][i].stats.kv.hit_rate);
   }
 }
 

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -116,6 +117,9 @@ class CudaBackend final : public Backend {
   void DoPageBounds(const PageBoundsArgs& args) override;
   void DoSelectPages(const PageSelectArgs& args) override;
   void DoMapPages(const PageMapArgs& args) override;
+  void DoSelectPagesBatch(std::span<const PageSelectArgs> args) override;
+  void DoMapPagesBatch(std::span<const PageMapArgs> args) override;
+  void DoAttentionBatch(std::span<const AttentionArgs> args) override;
   void DoAddRmsNorm(const Tensor& a, const Tensor& inout, const Tensor& w, float eps,
                     const Tensor& out) override;
   void DoRopeWriteKv(const Tensor& inv_freq, const Tensor& q, const KvWriteArgs& args) override;
@@ -124,6 +128,10 @@ class CudaBackend final : public Backend {
   CudaBackend();
   Status Init(const CudaBackendOptions& options);
   Status InitLanes();
+  // Kernel parameters of one SelectPages / MapPages call (checks that its tensors are on the
+  // device).
+  kernels::PageSelectParams SelectParams(const PageSelectArgs& args);
+  kernels::PageMapParams MapParams(const PageMapArgs& args);
   // Orders the copy stream after the compute work queued so far.
   void CopyAfterCompute();
   // Orders the compute stream after the copies queued so far.

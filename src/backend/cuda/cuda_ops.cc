@@ -1,5 +1,6 @@
 // The ops of the CUDA backend: dtype and placement checks, then the kernel launchers of
 // src/kernels/cuda (no CUDA headers here).
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -72,6 +73,18 @@ kernels::KvWriteParams ToParams(const KvWriteArgs& a) {
   p.pool_pos = a.pool.positions;
   p.num_slots = a.pool.num_pages * a.pool.page_size;
   return p;
+}
+
+// Launches `launch` over `args` in chunks of up to kernels::kBatchCap, each entry's kernel
+// parameters made by `params`.
+template <class Args, class Params, class Launch>
+void LaunchInBatches(std::span<const Args> args, Params params, Launch launch, const char* what) {
+  kernels::ParamBatch<decltype(params(args[0]))> b;
+  for (size_t i = 0; i < args.size(); i += kernels::kBatchCap) {
+    b.n = static_cast<int>(std::min<size_t>(kernels::kBatchCap, args.size() - i));
+    for (int k = 0; k < b.n; ++k) b.p[k] = params(args[i + k]);
+    CheckCuda(launch(b), what);
+  }
 }
 
 }  // namespace
@@ -219,6 +232,42 @@ void CudaBackend::DoAttention(const AttentionArgs& args) {
   }
 }
 
+void CudaBackend::DoAttentionBatch(std::span<const AttentionArgs> args) {
+  // Decode tokens of separate calls (Backend::AttentionBatch): runs of entries of one head shape,
+  // up to kBatchCap per launch, each launch split as one call of that many tokens would be (as the
+  // workspace left allows).
+  // Consecutive decode launches may overlap (programmatic dependent launch), so each takes the
+  // workspace past the one before it.
+  kernels::ParamBatch<kernels::AttentionParams> b;
+  kernels::DecodeWorkspace ws = decode_ws();
+  auto launch = [&] {
+    if (b.n == 0) return;
+    kernels::AttentionParams shape = b.p[0];
+    shape.n_tokens = b.n;
+    const int splits = kernels::DecodeSplits(shape, ws, num_sms_);
+    CheckCuda(kernels::LaunchDecodeAttentionBatch(stream(), b, splits, ws),
+              "decode attention (batch)");
+    kernels::SkipDecodeWorkspace(shape, splits, &ws);
+    b.n = 0;
+  };
+  for (const AttentionArgs& a : args) {
+    OnDevice(a.q);
+    ICECACHE_CHECK_MSG(a.q.dtype() == DType::kBF16 && a.out.dtype() == DType::kBF16,
+                       "CUDA attention: q and out must be bf16");
+    ICECACHE_CHECK_MSG(a.pool.dtype == DType::kBF16, "CUDA attention: the KV pool must be bf16");
+    ICECACHE_CHECK_MSG(kernels::AttentionSupportsHeadDim(a.pool.head_dim),
+                       "CUDA attention supports head_dim 64 and 128");
+    const kernels::AttentionParams p = ToParams(a);
+    if (b.n == kernels::kBatchCap ||
+        (b.n > 0 && (p.n_heads != b.p[0].n_heads || p.n_kv_heads != b.p[0].n_kv_heads ||
+                     p.head_dim != b.p[0].head_dim))) {
+      launch();
+    }
+    b.p[b.n++] = p;
+  }
+  launch();
+}
+
 void CudaBackend::DoCopyPages(const KvPoolView& src, const KvPoolView& dst, const Tensor& src_ids,
                               const Tensor& dst_ids) {
   OnDevice(src_ids);
@@ -279,7 +328,7 @@ void CudaBackend::DoPageBounds(const PageBoundsArgs& args) {
   CheckCuda(kernels::LaunchPageBounds(stream(), p), "PageBounds");
 }
 
-void CudaBackend::DoSelectPages(const PageSelectArgs& args) {
+kernels::PageSelectParams CudaBackend::SelectParams(const PageSelectArgs& args) {
   for (const Tensor* t :
        {&args.q, &args.list_ids, &args.list_lens, &args.list_rows, &args.limits, &args.bounds,
         &args.scores, &args.out_ids, &args.out_lens, &args.out_count}) {
@@ -310,10 +359,21 @@ void CudaBackend::DoSelectPages(const PageSelectArgs& args) {
   p.rows = static_cast<int>(args.list_ids.dim(0));
   p.group = args.n_heads / p.rows;
   p.head_dim = static_cast<int>(args.bounds.dim(2));
-  CheckCuda(kernels::LaunchSelectPages(stream(), p), "SelectPages");
+  return p;
 }
 
-void CudaBackend::DoMapPages(const PageMapArgs& args) {
+void CudaBackend::DoSelectPages(const PageSelectArgs& args) {
+  CheckCuda(kernels::LaunchSelectPages(stream(), SelectParams(args)), "SelectPages");
+}
+
+void CudaBackend::DoSelectPagesBatch(std::span<const PageSelectArgs> args) {
+  LaunchInBatches(
+      args, [this](const PageSelectArgs& a) { return SelectParams(a); },
+      [this](const auto& b) { return kernels::LaunchSelectPagesBatch(stream(), b); },
+      "SelectPages (batch)");
+}
+
+kernels::PageMapParams CudaBackend::MapParams(const PageMapArgs& args) {
   for (const Tensor* t :
        {&args.sel_ids, &args.sel_lens, &args.sel_count, &args.resident, &args.slot_page,
         &args.slot_len, &args.table, &args.fetch, &args.counters}) {
@@ -353,7 +413,18 @@ void CudaBackend::DoMapPages(const PageMapArgs& args) {
     OnDevice(args.pending);
     p.pending = args.pending.data_as<const int32_t>();
   }
-  CheckCuda(kernels::LaunchMapPages(stream(), p), "MapPages");
+  return p;
+}
+
+void CudaBackend::DoMapPages(const PageMapArgs& args) {
+  CheckCuda(kernels::LaunchMapPages(stream(), MapParams(args)), "MapPages");
+}
+
+void CudaBackend::DoMapPagesBatch(std::span<const PageMapArgs> args) {
+  LaunchInBatches(
+      args, [this](const PageMapArgs& a) { return MapParams(a); },
+      [this](const auto& b) { return kernels::LaunchMapPagesBatch(stream(), b); },
+      "MapPages (batch)");
 }
 
 }  // namespace icecache::cuda

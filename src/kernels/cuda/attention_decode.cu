@@ -14,11 +14,13 @@ int HeadChunks(const AttentionParams& p) {
   return (group + kDecodeHeads - 1) / kDecodeHeads;
 }
 
+using Batch = ParamBatch<AttentionParams>;
+
 // Raises the kernel's dynamic shared-memory limit once; returns the CUDA error of that.
-template <int D>
+template <int D, class B = AttentionParams>
 cudaError_t Prepare() {
   static const cudaError_t e =
-      cudaFuncSetAttribute(DecodeAttentionKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      cudaFuncSetAttribute(DecodeAttentionKernel<D, B>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            DecodeLayout<D>::kBytes);
   return e;
 }
@@ -30,7 +32,8 @@ int Occupancy() {
     int blocks = 0;
     if (Prepare<D>() != cudaSuccess) return 1;
     const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, DecodeAttentionKernel<D>, kDecodeThreads, DecodeLayout<D>::kBytes);
+        &blocks, DecodeAttentionKernel<D, AttentionParams>, kDecodeThreads,
+        DecodeLayout<D>::kBytes);
     return e == cudaSuccess && blocks > 0 ? blocks : 1;
   }();
   return n;
@@ -40,14 +43,16 @@ int BlocksPerSm(const AttentionParams& p) {
   return p.head_dim == 64 ? Occupancy<64>() : Occupancy<128>();
 }
 
-template <int D>
-int Run(Stream s, const AttentionParams& p, int splits, const DecodeWorkspace& ws) {
-  if (const cudaError_t e = Prepare<D>(); e != cudaSuccess) return static_cast<int>(e);
+// `p`: the call's shape (a batch's first entry); `tokens`: the grid's z.
+template <int D, class B>
+int Run(Stream s, const B& params, const AttentionParams& p, int tokens, int splits,
+        const DecodeWorkspace& ws) {
+  if (const cudaError_t e = Prepare<D, B>(); e != cudaSuccess) return static_cast<int>(e);
   const int chunks = HeadChunks(p);
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(p.n_kv_heads * chunks),
-                  static_cast<unsigned>(p.n_tokens));
-  return static_cast<int>(LaunchPdl(DecodeAttentionKernel<D>, grid, dim3(kDecodeThreads),
-                                    DecodeLayout<D>::kBytes, s, p, ws, splits, chunks));
+                  static_cast<unsigned>(tokens));
+  return static_cast<int>(LaunchPdl(DecodeAttentionKernel<D, B>, grid, dim3(kDecodeThreads),
+                                    DecodeLayout<D>::kBytes, s, params, ws, splits, chunks));
 }
 
 }  // namespace
@@ -74,7 +79,36 @@ int DecodeSplits(const AttentionParams& p, const DecodeWorkspace& ws, int num_sm
 int LaunchDecodeAttention(Stream s, const AttentionParams& p, int splits,
                           const DecodeWorkspace& ws) {
   if (p.n_tokens == 0) return 0;
-  return p.head_dim == 64 ? Run<64>(s, p, splits, ws) : Run<128>(s, p, splits, ws);
+  return p.head_dim == 64 ? Run<64>(s, p, p, p.n_tokens, splits, ws)
+                          : Run<128>(s, p, p, p.n_tokens, splits, ws);
+}
+
+void SkipDecodeWorkspace(const AttentionParams& p, int splits, DecodeWorkspace* ws) {
+  if (splits <= 1) return;  // one split writes no partials
+  const int64_t heads = static_cast<int64_t>(p.n_tokens) * p.n_heads;
+  const int64_t o = std::min(ws->o_capacity, heads * splits * p.head_dim);
+  const int64_t lse = std::min(ws->lse_capacity, heads * splits);
+  const int64_t counters = std::min(
+      ws->counter_capacity, static_cast<int64_t>(p.n_tokens) * p.n_kv_heads * HeadChunks(p));
+  ws->partial_o += o;
+  ws->o_capacity -= o;
+  ws->partial_lse += lse;
+  ws->lse_capacity -= lse;
+  ws->counters += counters;
+  ws->counter_capacity -= counters;
+}
+
+int LaunchDecodeAttentionBatch(Stream s, const Batch& b, int splits, const DecodeWorkspace& ws) {
+  if (b.n == 0) return 0;
+  const AttentionParams& p = b.p[0];
+  for (int i = 0; i < b.n; ++i) {
+    const AttentionParams& e = b.p[i];
+    if (e.n_tokens != 1 || e.head_dim != p.head_dim || e.n_heads != p.n_heads ||
+        e.n_kv_heads != p.n_kv_heads) {
+      return static_cast<int>(cudaErrorInvalidValue);
+    }
+  }
+  return p.head_dim == 64 ? Run<64>(s, b, p, b.n, splits, ws) : Run<128>(s, b, p, b.n, splits, ws);
 }
 
 }  // namespace icecache::kernels

@@ -53,9 +53,24 @@ __device__ __forceinline__ int DecodeSwizzled(int row, int chunk) {
   return row * (D * 2) + ((chunk ^ (row & 7)) << 4);
 }
 
-template <int D>
+// The call a block of the decode kernel works on and its token t there (for q, positions, row
+// base and output): one call's token blockIdx.z, or entry blockIdx.z of a batch (one token each).
+// Either way the block uses workspace token blockIdx.z.
+__device__ __forceinline__ const AttentionParams& DecodeEntry(const AttentionParams& p, int* t) {
+  *t = blockIdx.z;
+  return p;
+}
+__device__ __forceinline__ const AttentionParams& DecodeEntry(const ParamBatch<AttentionParams>& b,
+                                                              int* t) {
+  *t = 0;
+  return b.p[blockIdx.z];
+}
+
+// B: AttentionParams (one call) or ParamBatch<AttentionParams> (a batch of decode calls).
+template <int D, class B>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
-    DecodeAttentionKernel(AttentionParams p, DecodeWorkspace ws, int splits, int head_chunks) {
+    DecodeAttentionKernel(const __grid_constant__ B params, DecodeWorkspace ws, int splits,
+                          int head_chunks) {
   using L = DecodeLayout<D>;
   constexpr int kChunks = D / 8;   // 16-byte chunks per row
   constexpr int kKSteps = D / 16;  // k-steps of q k^T
@@ -76,7 +91,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const int split = blockIdx.x;
   const int kvh = blockIdx.y / head_chunks;
   const int hc = blockIdx.y % head_chunks;
-  const int t = blockIdx.z;
+  int t = 0;
+  const AttentionParams& p = DecodeEntry(params, &t);
+  const int wt = blockIdx.z;  // workspace token
   const int group = p.n_heads / p.n_kv_heads;
   const int h0 = kvh * group + hc * kDecodeHeads;
   const int nh = min(kDecodeHeads, group - hc * kDecodeHeads);
@@ -316,7 +333,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   }
   __syncthreads();
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out);
-  const int64_t head_base = static_cast<int64_t>(t) * p.n_heads + h0;
+  const int64_t head_base = static_cast<int64_t>(t) * p.n_heads + h0;  // output
+  const int64_t ws_base = static_cast<int64_t>(wt) * p.n_heads + h0;   // workspace
   for (int idx = tid; idx < nh * kQuads; idx += kDecodeThreads) {
     const int i = idx / kQuads, d = (idx % kQuads) * 4;
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -336,8 +354,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       *reinterpret_cast<uint2*>(out + (head_base + i) * D + d) =
           *reinterpret_cast<const uint2*>(packed);
     } else {
-      *reinterpret_cast<float4*>(ws.partial_o + ((head_base + i) * splits + split) * D + d) = acc;
-      if (d == 0) ws.partial_lse[(head_base + i) * splits + split] = sm_lse[i];
+      *reinterpret_cast<float4*>(ws.partial_o + ((ws_base + i) * splits + split) * D + d) = acc;
+      if (d == 0) ws.partial_lse[(ws_base + i) * splits + split] = sm_lse[i];
     }
   }
   if (splits == 1) return;
@@ -345,14 +363,14 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // The last block of this (token, head chunk) merges the splits.
   __threadfence();
   __syncthreads();
-  const int64_t counter = (static_cast<int64_t>(t) * p.n_kv_heads + kvh) * head_chunks + hc;
+  const int64_t counter = (static_cast<int64_t>(wt) * p.n_kv_heads + kvh) * head_chunks + hc;
   if (tid == 0) sm_last = atomicAdd(&ws.counters[counter], 1) == splits - 1;
   __syncthreads();
   if (!sm_last) return;
   __threadfence();
   // One warp per head: each lane weighs two splits (splits <= 64).
   for (int i = warp; i < nh; i += kDecodeWarps) {
-    const float* lse = ws.partial_lse + (head_base + i) * splits;
+    const float* lse = ws.partial_lse + (ws_base + i) * splits;
     const float v0 = lane < splits ? __ldcg(lse + lane) : kNegInf;
     const float v1 = lane + 32 < splits ? __ldcg(lse + lane + 32) : kNegInf;
     const float mx = WarpMax(fmaxf(v0, v1));
@@ -366,7 +384,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   __syncthreads();
   for (int idx = tid; idx < nh * kQuads; idx += kDecodeThreads) {
     const int i = idx / kQuads, d = (idx % kQuads) * 4;
-    const float* po = ws.partial_o + (head_base + i) * splits * D + d;
+    const float* po = ws.partial_o + (ws_base + i) * splits * D + d;
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 16
     for (int s = 0; s < splits; ++s) {

@@ -18,6 +18,16 @@ enum class ElemType : int { kF32, kBF16 };
 
 const char* ErrorString(int code);
 
+// Up to kBatchCap parameter sets of independent calls, passed by value to one launch (block z is
+// entry z): the sequences of a decode step in one kernel each. Kept under the classic 4 KB of
+// kernel parameters.
+constexpr int kBatchCap = 16;
+template <class P, int N = kBatchCap>
+struct ParamBatch {
+  P p[N];
+  int n = 0;
+};
+
 // ---- element-wise and row-wise ops (elementwise.cu) -----------------------------------------
 
 int LaunchEmbed(Stream s, const void* table, ElemType table_type, int64_t vocab, const int32_t* ids,
@@ -112,6 +122,7 @@ struct PageSelectParams {
   int head_dim = 0;
 };
 int LaunchSelectPages(Stream s, const PageSelectParams& p);
+int LaunchSelectPagesBatch(Stream s, const ParamBatch<PageSelectParams>& b);
 
 struct PageMapParams {
   const int32_t* sel_ids = nullptr;
@@ -143,6 +154,7 @@ struct PageMapParams {
   int32_t clock = 0;
 };
 int LaunchMapPages(Stream s, const PageMapParams& p);
+int LaunchMapPagesBatch(Stream s, const ParamBatch<PageMapParams>& b);
 
 // ---- small-batch GEMV (gemv.cu) ---------------------------------------------------------
 
@@ -205,6 +217,13 @@ int DecodeSplits(const AttentionParams& p, const DecodeWorkspace& ws, int num_sm
 // by log-sum-exp in the last block of each row (no second launch).
 int LaunchDecodeAttention(Stream s, const AttentionParams& p, int splits,
                           const DecodeWorkspace& ws);
+// Entries of one query token each (n_tokens 1), with their own tables, pools and outputs; entry
+// z takes the workspace of token z. `splits`: DecodeSplits of a p with n_tokens = b.n.
+int LaunchDecodeAttentionBatch(Stream s, const ParamBatch<AttentionParams>& b, int splits,
+                               const DecodeWorkspace& ws);
+// Moves `ws` past what a decode launch of `p` with `splits` uses, so that the next launch may run
+// alongside it (decode launches may overlap: programmatic dependent launch).
+void SkipDecodeWorkspace(const AttentionParams& p, int splits, DecodeWorkspace* ws);
 // Flash-attention tiling with bf16 tensor cores for runs of query tokens that share a row.
 int LaunchPrefillAttention(Stream s, const AttentionParams& p);
 

@@ -9,6 +9,8 @@
 // them as AssembleSelection does. MapPages: AssignKernel (one block per row) diffs the selection
 // against the row's slots with warp ballots, then FetchKernel copies the missing pages, one block
 // per page.
+#include <algorithm>
+#include <cstdint>
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/common.cuh"
@@ -135,6 +137,7 @@ __device__ __forceinline__ Limits LoadLimits(const int32_t* limits, int row, int
 __device__ __forceinline__ bool ScoreBlockStart(const PageSelectParams& p, float* q_s, float* qq_s,
                                                 Limits* lim, int* first) {
   const int row = blockIdx.y;
+  if (row >= p.rows) return false;  // a batch entry with fewer rows than the grid
   *lim = LoadLimits(p.limits, row, p.stride);
   *first = lim->sink_end + blockIdx.x * kScoreWarps * kScorePerWarp;
   if (*first >= lim->window_begin) return false;
@@ -162,7 +165,10 @@ __device__ __forceinline__ float WithSpread(float dot, float qq, float spread, f
 
 // Block (chunk, row): kScoreWarps warps, kScorePerWarp candidates each. Lanes split the
 // dimensions; the score is the maximum over the group's query heads of the bound.
-__global__ void __launch_bounds__(kScoreThreads) ScoreKernel(PageSelectParams p) {
+template <int N>
+__global__ void __launch_bounds__(kScoreThreads)
+    ScoreKernel(const __grid_constant__ ParamBatch<PageSelectParams, N> b) {
+  const PageSelectParams& p = b.p[blockIdx.z];
   __shared__ float q_s[kMaxGroup * kMaxDim];
   __shared__ float qq_s[kMaxGroup];
   Limits lim;
@@ -213,8 +219,10 @@ __global__ void __launch_bounds__(kScoreThreads) ScoreKernel(PageSelectParams p)
 // 8 bytes of one block). A lane sums its dimensions in
 // order, then the eight lanes combine by a butterfly; only the summation order differs from
 // ScoreKernel's (and the CPU reference's), which the parity tests' exact inputs do not see.
-template <int kV>
-__global__ void __launch_bounds__(kScoreThreads) ScoreKernelVec(PageSelectParams p) {
+template <int kV, int N>
+__global__ void __launch_bounds__(kScoreThreads)
+    ScoreKernelVec(const __grid_constant__ ParamBatch<PageSelectParams, N> b) {
+  const PageSelectParams& p = b.p[blockIdx.z];
   __shared__ float q_s[kMaxGroup * kMaxDim];
   __shared__ float qq_s[kMaxGroup];
   Limits lim;
@@ -306,7 +314,10 @@ __device__ __forceinline__ uint32_t OrderKey(float f) {
 }
 
 // One block per row: radix select of the best `want` keys, then sort and walk.
-__global__ void __launch_bounds__(kRankThreads) RankKernel(PageSelectParams p) {
+template <int N>
+__global__ void __launch_bounds__(kRankThreads)
+    RankKernel(const __grid_constant__ ParamBatch<PageSelectParams, N> b) {
+  const PageSelectParams& p = b.p[blockIdx.z];
   using Scan = cub::BlockScan<int, kRankThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ unsigned hist[256];
@@ -316,6 +327,7 @@ __global__ void __launch_bounds__(kRankThreads) RankKernel(PageSelectParams p) {
   __shared__ int taken[kSortCap];
 
   const int row = blockIdx.x;
+  if (row >= p.rows) return;  // a batch entry with fewer rows than the grid
   const Limits lim = LoadLimits(p.limits, row, p.stride);
   const int64_t base = static_cast<int64_t>(row) * p.stride;
   const int n_cand = lim.window_begin - lim.sink_end;
@@ -526,7 +538,11 @@ constexpr int kMapThreads = 256;
 
 // One block per row. Shared: kept flags and the free-slot list over the row's capacity, the
 // slot of each selected entry.
-__global__ void __launch_bounds__(kMapThreads) AssignKernel(PageMapParams p) {
+template <int N>
+__global__ void __launch_bounds__(kMapThreads)
+    AssignKernel(const __grid_constant__ ParamBatch<PageMapParams, N> b) {
+  const PageMapParams& p = b.p[blockIdx.z];
+  if (static_cast<int>(blockIdx.x) >= p.rows) return;  // a batch entry with fewer rows
   extern __shared__ int smem[];
   int* kept = smem;                        // [capacity]
   int* free_slots = kept + p.capacity;     // [capacity]
@@ -673,8 +689,11 @@ __global__ void __launch_bounds__(kMapThreads) AssignKernel(PageMapParams p) {
 }
 
 // Block (copy, row): copies one fetched page (K, V and positions) from the host tier.
-__global__ void FetchKernel(PageMapParams p) {
+template <int N>
+__global__ void FetchKernel(const __grid_constant__ ParamBatch<PageMapParams, N> b) {
+  const PageMapParams& p = b.p[blockIdx.z];
   const int row = blockIdx.y, c = blockIdx.x;
+  if (row >= p.rows || c >= p.capacity) return;  // a batch entry smaller than the grid
   const int32_t* fetch = p.fetch + static_cast<int64_t>(row) * (1 + 2 * p.capacity);
   if (c >= fetch[0]) return;
   const int32_t src = fetch[1 + 2 * c], dst = fetch[2 + 2 * c];
@@ -709,44 +728,90 @@ int LaunchPageBounds(Stream s, const PageBoundsParams& p) {
   return LastError();
 }
 
-int LaunchSelectPages(Stream s, const PageSelectParams& p) {
-  if (p.rows == 0) return 0;
-  if (p.group > kMaxGroup || p.head_dim > kMaxDim || p.head_dim % 32 != 0) {
-    return static_cast<int>(cudaErrorInvalidValue);
-  }
-  const int per_block = kScoreWarps * kScorePerWarp;
-  const unsigned chunks = static_cast<unsigned>((p.stride + per_block - 1) / per_block);
-  if (chunks > 0) {
-    const dim3 grid(chunks, static_cast<unsigned>(p.rows));
+namespace {
+
+// One launch of each SelectPages kernel over the entries of `b` (grid: the largest entry's).
+template <int N>
+int SelectPagesOver(Stream s, const ParamBatch<PageSelectParams, N>& b) {
+  int rows = 0, stride = 0;
+  bool aligned = true;
+  for (int i = 0; i < b.n; ++i) {
+    const PageSelectParams& p = b.p[i];
+    if (p.group > kMaxGroup || p.head_dim > kMaxDim || p.head_dim % 32 != 0 ||
+        p.head_dim != b.p[0].head_dim) {
+      return static_cast<int>(cudaErrorInvalidValue);
+    }
+    rows = std::max(rows, p.rows);
+    stride = std::max(stride, p.stride);
     // bf16 bounds are read as 16-byte words; Q8_0 mean keys byte by byte.
-    const bool aligned = p.bound_rows == 1 || reinterpret_cast<uintptr_t>(p.bounds) % 16 == 0;
-    if (aligned && p.head_dim == 64) {
-      ScoreKernelVec<1><<<grid, kScoreThreads, 0, s>>>(p);
-    } else if (aligned && p.head_dim == 128) {
-      ScoreKernelVec<2><<<grid, kScoreThreads, 0, s>>>(p);
-    } else if (aligned && p.head_dim == 256) {
-      ScoreKernelVec<4><<<grid, kScoreThreads, 0, s>>>(p);
+    aligned = aligned && (p.bound_rows == 1 || reinterpret_cast<uintptr_t>(p.bounds) % 16 == 0);
+  }
+  if (rows == 0) return 0;
+  const int d = b.p[0].head_dim;
+  const int per_block = kScoreWarps * kScorePerWarp;
+  const unsigned chunks = static_cast<unsigned>((stride + per_block - 1) / per_block);
+  const unsigned z = static_cast<unsigned>(b.n);
+  if (chunks > 0) {
+    const dim3 grid(chunks, static_cast<unsigned>(rows), z);
+    if (aligned && d == 64) {
+      ScoreKernelVec<1, N><<<grid, kScoreThreads, 0, s>>>(b);
+    } else if (aligned && d == 128) {
+      ScoreKernelVec<2, N><<<grid, kScoreThreads, 0, s>>>(b);
+    } else if (aligned && d == 256) {
+      ScoreKernelVec<4, N><<<grid, kScoreThreads, 0, s>>>(b);
     } else {
-      ScoreKernel<<<grid, kScoreThreads, 0, s>>>(p);
+      ScoreKernel<N><<<grid, kScoreThreads, 0, s>>>(b);
     }
     const int e = LastError();
     if (e != 0) return e;
   }
-  RankKernel<<<static_cast<unsigned>(p.rows), kRankThreads, 0, s>>>(p);
+  RankKernel<N><<<dim3(static_cast<unsigned>(rows), 1, z), kRankThreads, 0, s>>>(b);
   return LastError();
 }
 
-int LaunchMapPages(Stream s, const PageMapParams& p) {
-  if (p.rows == 0) return 0;
-  const size_t smem =
-      (2 * static_cast<size_t>(p.capacity) + 2 * static_cast<size_t>(p.stride)) * sizeof(int);
+template <int N>
+int MapPagesOver(Stream s, const ParamBatch<PageMapParams, N>& b) {
+  int rows = 0, capacity = 0;
+  size_t smem = 0;
+  for (int i = 0; i < b.n; ++i) {
+    const PageMapParams& p = b.p[i];
+    rows = std::max(rows, p.rows);
+    capacity = std::max(capacity, p.capacity);
+    smem =
+        std::max(smem, (2 * static_cast<size_t>(p.capacity) + 2 * static_cast<size_t>(p.stride)) *
+                           sizeof(int));
+  }
+  if (rows == 0) return 0;
   if (smem > 48 * 1024) return static_cast<int>(cudaErrorInvalidValue);
-  AssignKernel<<<static_cast<unsigned>(p.rows), kMapThreads, smem, s>>>(p);
-  int e = LastError();
+  const unsigned z = static_cast<unsigned>(b.n);
+  AssignKernel<N><<<dim3(static_cast<unsigned>(rows), 1, z), kMapThreads, smem, s>>>(b);
+  const int e = LastError();
   if (e != 0) return e;
-  FetchKernel<<<dim3(static_cast<unsigned>(p.capacity), static_cast<unsigned>(p.rows)), 128, 0,
-                s>>>(p);
+  FetchKernel<N>
+      <<<dim3(static_cast<unsigned>(capacity), static_cast<unsigned>(rows), z), 128, 0, s>>>(b);
   return LastError();
 }
+
+}  // namespace
+
+int LaunchSelectPages(Stream s, const PageSelectParams& p) {
+  ParamBatch<PageSelectParams, 1> b;
+  b.p[0] = p;
+  b.n = 1;
+  return SelectPagesOver(s, b);
+}
+
+int LaunchSelectPagesBatch(Stream s, const ParamBatch<PageSelectParams>& b) {
+  return SelectPagesOver(s, b);
+}
+
+int LaunchMapPages(Stream s, const PageMapParams& p) {
+  ParamBatch<PageMapParams, 1> b;
+  b.p[0] = p;
+  b.n = 1;
+  return MapPagesOver(s, b);
+}
+
+int LaunchMapPagesBatch(Stream s, const ParamBatch<PageMapParams>& b) { return MapPagesOver(s, b); }
 
 }  // namespace icecache::kernels
