@@ -117,7 +117,37 @@ Status DeviceSelection::Grow(int64_t entries) {
   return Status::Ok();
 }
 
-Status DeviceSelection::UploadChanged() {
+Status DeviceSelection::StageRoom(int64_t n) {
+  stage_used_ = 0;
+  if (!upload_stage_.empty() && upload_stage_.numel() >= n) return Status::Ok();
+  // Copies queued from the old buffer must have run before it goes.
+  if (queued_since_sync_) backend_->Synchronize();
+  queued_since_sync_ = false;
+  const int64_t size = std::max<int64_t>(16384, n + n / 4);
+  ICECACHE_ASSIGN_OR_RETURN(upload_stage_, backend_->AllocateStaging(DType::kI32, {size}));
+  return Status::Ok();
+}
+
+Status DeviceSelection::UploadI32(const int32_t* src, const Tensor& dst, int64_t n, Upload upload,
+                                  bool staged) {
+  if (n == 0) return Status::Ok();
+  if (upload == Upload::kBlocking) {
+    return backend_->Copy(Tensor(const_cast<int32_t*>(src), DType::kI32, {n}),
+                          dst.Reshape({dst.numel()}).Slice(0, n));
+  }
+  const int32_t* at = src;
+  if (!staged) {
+    int32_t* to = upload_stage_.data_as<int32_t>() + stage_used_;  // StageRoom made room
+    std::copy(src, src + n, to);
+    stage_used_ += n;
+    at = to;
+  }
+  queued_since_sync_ = true;
+  const int64_t bytes = n * 4;
+  return backend_->CopyBlocksQueued(at, dst.data(), 1, bytes, bytes, bytes);
+}
+
+Status DeviceSelection::UploadChanged(Upload upload) {
   const int64_t n = static_cast<int64_t>(changed_idx_.size());
   if (n == 0) return Status::Ok();
   if (changed_dev_.empty() || changed_dev_.numel() < 4 * n) {
@@ -127,8 +157,7 @@ Status DeviceSelection::UploadChanged() {
   changed_idx_.insert(changed_idx_.end(), changed_ids_.begin(), changed_ids_.end());
   changed_idx_.insert(changed_idx_.end(), changed_lens_.begin(), changed_lens_.end());
   changed_idx_.insert(changed_idx_.end(), changed_rows_.begin(), changed_rows_.end());
-  ICECACHE_RETURN_IF_ERROR(backend_->Copy(Tensor(changed_idx_.data(), DType::kI32, {4 * n}),
-                                          changed_dev_.Slice(0, 4 * n)));
+  ICECACHE_RETURN_IF_ERROR(UploadI32(changed_idx_.data(), changed_dev_, 4 * n, upload));
   const Tensor index = changed_dev_.Slice(0, n);
   backend_->ScatterI32(index, changed_dev_.Slice(n, 2 * n), list_ids_);
   backend_->ScatterI32(index, changed_dev_.Slice(2 * n, 3 * n), list_lens_);
@@ -171,15 +200,20 @@ Status DeviceSelection::GrowSummaries() {
   return Status::Ok();
 }
 
-Status DeviceSelection::Prepare(const KvSequence& seq, int pending) {
-  Status status = Sync(seq, pending);
+Status DeviceSelection::Prepare(const KvSequence& seq, int pending, Upload upload) {
+  Status status = Sync(seq, pending, upload);
   // After a failed allocation or copy, what the device holds is unknown: the next call starts
   // over, as after a truncation.
   if (!status.ok()) start_over_ = true;
   return status;
 }
 
-Status DeviceSelection::Sync(const KvSequence& seq, int pending) {
+Status DeviceSelection::Sync(const KvSequence& seq, int pending, Upload upload) {
+  // The staging buffers are rewritten below: blocking uploads first let queued ones finish.
+  if (upload == Upload::kBlocking && queued_since_sync_) {
+    backend_->Synchronize();
+    queued_since_sync_ = false;
+  }
   if (seq.length() < last_length_ || start_over_) {
     // Truncated (pages may have been freed and handed out again) or failed: start over.
     start_over_ = false;
@@ -287,10 +321,13 @@ Status DeviceSelection::Sync(const KvSequence& seq, int pending) {
     }
   }
   ICECACHE_RETURN_IF_ERROR(GrowSummaries());
-  ICECACHE_RETURN_IF_ERROR(UploadChanged());
-  ICECACHE_RETURN_IF_ERROR(backend_->Copy(limits_stage_, limits_dev_));
-  ICECACHE_RETURN_IF_ERROR(backend_->Copy(pending_stage_, pending_dev_));
   const int64_t n = static_cast<int64_t>(to_bound_ids.size());
+  if (upload == Upload::kQueued) {
+    ICECACHE_RETURN_IF_ERROR(StageRoom(4 * static_cast<int64_t>(changed_idx_.size()) + 3 * n));
+  }
+  ICECACHE_RETURN_IF_ERROR(UploadChanged(upload));
+  ICECACHE_RETURN_IF_ERROR(UploadI32(lim, limits_dev_, limits_dev_.numel(), upload, true));
+  ICECACHE_RETURN_IF_ERROR(UploadI32(pend, pending_dev_, pending_dev_.numel(), upload, true));
   if (n > 0) {
     if (bound_ids_.empty() || bound_ids_.numel() < n) {
       const int64_t size = std::max<int64_t>(n, 4096);
@@ -298,12 +335,9 @@ Status DeviceSelection::Sync(const KvSequence& seq, int pending) {
       ICECACHE_ASSIGN_OR_RETURN(bound_lens_, backend_->Allocate(DType::kI32, {size}));
       ICECACHE_ASSIGN_OR_RETURN(bound_rows_, backend_->Allocate(DType::kI32, {size}));
     }
-    ICECACHE_RETURN_IF_ERROR(
-        backend_->Copy(Tensor(to_bound_ids.data(), DType::kI32, {n}), bound_ids_.Slice(0, n)));
-    ICECACHE_RETURN_IF_ERROR(
-        backend_->Copy(Tensor(to_bound_lens.data(), DType::kI32, {n}), bound_lens_.Slice(0, n)));
-    ICECACHE_RETURN_IF_ERROR(
-        backend_->Copy(Tensor(to_bound_rows.data(), DType::kI32, {n}), bound_rows_.Slice(0, n)));
+    ICECACHE_RETURN_IF_ERROR(UploadI32(to_bound_ids.data(), bound_ids_, n, upload));
+    ICECACHE_RETURN_IF_ERROR(UploadI32(to_bound_lens.data(), bound_lens_, n, upload));
+    ICECACHE_RETURN_IF_ERROR(UploadI32(to_bound_rows.data(), bound_rows_, n, upload));
     PageBoundsArgs b;
     b.pool = seq.pool().view();
     b.ids = bound_ids_.Slice(0, n);

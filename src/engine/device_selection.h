@@ -56,7 +56,13 @@ class DeviceSelection {
   // Before a decode step whose token already has its page slots in `seq` but whose keys are not
   // written yet (`pending` 1), and after prefill chunks (`pending` 0: everything is written), so
   // that a prompt's pages are summarized during prefill.
-  Status Prepare(const KvSequence& seq, int pending);
+  //
+  // Uploads: kBlocking copies wait until they are done (each waits for the device's queue);
+  // kQueued copies from this object's staging memory are queued behind the device's work, and
+  // the caller guarantees that they have run before the next Prepare (a LayerAttention::Prepare,
+  // inside the transformer's input fence).
+  enum class Upload { kBlocking, kQueued };
+  Status Prepare(const KvSequence& seq, int pending, Upload upload = Upload::kBlocking);
   // Selects `layer`'s pages for the query row `q` ([n_heads * head_dim], backend memory).
   void Select(int layer, const Tensor& q);
   // Maps the selection into `ws` (fetching what is missing); `table` then views the attention's
@@ -88,10 +94,17 @@ class DeviceSelection {
  private:
   DeviceSelection() = default;
   // Prepare's work; a failure makes the next call start over.
-  Status Sync(const KvSequence& seq, int pending);
+  Status Sync(const KvSequence& seq, int pending, Upload upload);
+  // Host to backend memory: `n` i32 from `src` to `dst`. Queued, `src` is first copied into
+  // upload_stage_, unless it is `staged` (staging memory of this object that stays unchanged
+  // until the next Prepare).
+  Status UploadI32(const int32_t* src, const Tensor& dst, int64_t n, Upload upload,
+                   bool staged = false);
+  // Room for `n` i32 in upload_stage_ (waits for the device before replacing it).
+  Status StageRoom(int64_t n);
   Status Grow(int64_t entries);
   // Writes the entries Sync found changed (changed_*) into the device's lists.
-  Status UploadChanged();
+  Status UploadChanged(Upload upload);
   // A free summary row (grows the bookkeeping; GrowSummaries makes the tensor that large).
   int32_t TakeRow();
   void GiveRow(int32_t row);
@@ -134,6 +147,10 @@ class DeviceSelection {
   std::vector<int32_t> changed_idx_, changed_ids_, changed_lens_, changed_rows_;
   Tensor changed_dev_;  // [4 * n]: the four above, back to back, in backend memory
   Tensor limits_stage_, pending_stage_, counters_host_;
+  // Staging of the changed entries and the pages to summarize ([4 * changed | 3 * to bound]).
+  Tensor upload_stage_;
+  int64_t stage_used_ = 0;          // i32 of upload_stage_ this Sync filled
+  bool queued_since_sync_ = false;  // an upload was queued and may not have run yet
   KvPoolView host_view_;
   std::vector<int64_t> planned_nodes_;
 };

@@ -26,6 +26,9 @@ struct StepContext {
 class LayerAttention {
  public:
   virtual ~LayerAttention() = default;
+  // Runs between the transformer's Backend::WaitFence and RecordFence of the step's input copies:
+  // host staging memory that it copies with CopyBlocksQueued stays untouched until the next
+  // forward's Prepare, by which time those copies have run.
   virtual Status Prepare(const StepContext& step) = 0;
   // out[t, h, :] = attention of q[t, h, :] over this strategy's pages of `layer`.
   virtual Status Attend(int layer, const Tensor& q, const Tensor& out) = 0;

@@ -14,6 +14,8 @@ SparseAttention::SparseAttention(Backend* backend, const ModelConfig& config)
     : backend_(backend), config_(config) {
   const char* e = std::getenv("ICECACHE_DEVICE_BATCH");
   batch_ops_ = e == nullptr || e[0] != '0';
+  const char* q = std::getenv("ICECACHE_QUEUED_UPLOADS");
+  queued_uploads_ = q != nullptr && q[0] == '1';
 }
 
 Status SparseAttention::Prepare(const StepContext& step) {
@@ -29,7 +31,12 @@ Status SparseAttention::Prepare(const StepContext& step) {
     }
   }
   for (SequenceState* st : states_) {
-    if (st->device_select) ICECACHE_RETURN_IF_ERROR(st->device_select->Prepare(st->seq, 1));
+    // Inside the transformer's input fence (LayerAttention::Prepare): uploads may be queued.
+    const auto upload =
+        queued_uploads_ ? DeviceSelection::Upload::kQueued : DeviceSelection::Upload::kBlocking;
+    if (st->device_select) {
+      ICECACHE_RETURN_IF_ERROR(st->device_select->Prepare(st->seq, 1, upload));
+    }
   }
   positions_ = step.positions;
   if (row_base_.empty()) {

@@ -93,6 +93,9 @@ class SparseAttention : public LayerAttention {
   std::vector<AttentionArgs> attend_batch_;
   // Batched ops for several device-selecting sequences (ICECACHE_DEVICE_BATCH=0: one lane each).
   bool batch_ops_ = true;
+  // DeviceSelection::Prepare's uploads queued instead of blocking (ICECACHE_QUEUED_UPLOADS=1;
+  // off until measured on a GPU).
+  bool queued_uploads_ = false;
   std::vector<int32_t> table_;  // host staging: indptr | indices | lens
   Tensor table_dev_, q_host_, row_base_;
   std::vector<float> q_f32_;

@@ -303,52 +303,78 @@ TEST_F(DeviceSelectionTest, IndexUpdatesBesideTheNextStepLoseNoToken) {
   }
 }
 
+// A batch of icecache sequences (rank centroid) selecting in backend memory, generated with the
+// environment `env` (name, value) set while the engine is made; `alone` (if given) gets each
+// request generated on its own by the same engine.
+std::vector<GenerateResult> GenerateThree(const std::string& dir,
+                                          std::vector<std::pair<const char*, const char*>> env,
+                                          std::vector<GenerateResult>* alone = nullptr) {
+  KvConfig kv;
+  kv.policy = "icecache";
+  kv.rank = "centroid";
+  kv.budget = 64;
+  kv.page_size = 8;
+  std::vector<GenerateRequest> reqs(3);
+  for (int i = 0; i < 3; ++i) {
+    for (int t = 0; t < 200 + 40 * i; ++t)
+      reqs[i].prompt_tokens.push_back((t * 53 + i * 97) % 997 + 3);
+    reqs[i].max_tokens = 24;
+    reqs[i].ignore_eos = true;
+  }
+  for (const auto& [name, value] : env) setenv(name, value, 1);
+  EngineOptions o{.model = dir, .context_size = 1024, .prefill_chunk = 64};
+  o.kv = kv;
+  o.kv_select = "device";
+  o.max_sequences = 3;
+  auto made = Engine::Create(o);
+  for (const auto& [name, value] : env) unsetenv(name);
+  EXPECT_TRUE(made.ok()) << made.status().message();
+  if (!made.ok()) return {};
+  auto batch = (*made)->GenerateBatch(reqs);
+  EXPECT_TRUE(batch.ok()) << batch.status().message();
+  if (!batch.ok()) return {};
+  for (const GenerateResult& r : *batch) {
+    EXPECT_TRUE(r.stats.kv.device_select);
+    EXPECT_GT(r.stats.kv.hit_rate, 0.0);
+  }
+  for (int i = 0; alone != nullptr && i < 3; ++i) {
+    auto one = (*made)->Generate(reqs[i]);
+    EXPECT_TRUE(one.ok()) << one.status().message();
+    if (one.ok()) alone->push_back(std::move(one).value());
+  }
+  return std::move(batch).value();
+}
+
+void ExpectSameRuns(const std::vector<GenerateResult>& a, const std::vector<GenerateResult>& b) {
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(a[i].tokens, b[i].tokens);
+    EXPECT_DOUBLE_EQ(a[i].stats.kv.tokens_attended, b[i].stats.kv.tokens_attended);
+    EXPECT_DOUBLE_EQ(a[i].stats.kv.hit_rate, b[i].stats.kv.hit_rate);
+  }
+}
+
 // A batch of sequences that select in backend memory runs its selections, maps and attention as
 // batched ops (one call each per layer); ICECACHE_DEVICE_BATCH=0 runs them one sequence after
 // another (one lane each on a GPU). With the CPU's reference ops both give the same tokens and
 // attend the same pages, and each sequence generates what it generates alone.
 TEST_F(DeviceSelectionTest, BatchedOpsGenerateWhatOneSequenceAtATimeGenerates) {
-  KvConfig kv = Quest(64);
-  kv.policy = "icecache";
-  kv.rank = "centroid";
-  std::vector<GenerateRequest> reqs(3);
-  for (int i = 0; i < 3; ++i) {
-    reqs[i].prompt_tokens = Tokens(200 + 40 * i, 3 + i);
-    reqs[i].max_tokens = 24;
-    reqs[i].ignore_eos = true;
+  std::vector<GenerateResult> alone;
+  const auto batched = GenerateThree(*dir_, {}, &alone);
+  ASSERT_EQ(alone.size(), 3u);
+  for (int i = 0; i < 3 && i < static_cast<int>(batched.size()); ++i) {
+    EXPECT_EQ(batched[i].tokens, alone[i].tokens) << "request " << i;
   }
-  std::vector<std::vector<GenerateResult>> runs;
-  for (const char* batch_ops : {"1", "0"}) {
-    SCOPED_TRACE(batch_ops);
-    setenv("ICECACHE_DEVICE_BATCH", batch_ops, 1);
-    EngineOptions o{.model = *dir_, .context_size = 1024, .prefill_chunk = 64};
-    o.kv = kv;
-    o.kv_select = "device";
-    o.max_sequences = 3;
-    auto made = Engine::Create(o);
-    unsetenv("ICECACHE_DEVICE_BATCH");
-    ASSERT_TRUE(made.ok()) << made.status().message();
-    auto batch = (*made)->GenerateBatch(reqs);
-    ASSERT_TRUE(batch.ok()) << batch.status().message();
-    for (const GenerateResult& r : *batch) {
-      EXPECT_TRUE(r.stats.kv.device_select);
-      EXPECT_GT(r.stats.kv.hit_rate, 0.0);
-    }
-    runs.push_back(std::move(batch).value());
-    if (runs.size() == 1) {
-      for (int i = 0; i < 3; ++i) {
-        auto alone = (*made)->Generate(reqs[i]);
-        ASSERT_TRUE(alone.ok()) << alone.status().message();
-        EXPECT_EQ(runs[0][i].tokens, alone->tokens) << "request " << i;
-      }
-    }
-  }
-  for (int i = 0; i < 3; ++i) {
-    SCOPED_TRACE(i);
-    EXPECT_EQ(runs[0][i].tokens, runs[1][i].tokens);
-    EXPECT_DOUBLE_EQ(runs[0][i].stats.kv.tokens_attended, runs[1][i].stats.kv.tokens_attended);
-    EXPECT_DOUBLE_EQ(runs[0][i].stats.kv.hit_rate, runs[1][i].stats.kv.hit_rate);
-  }
+  ExpectSameRuns(batched, GenerateThree(*dir_, {{"ICECACHE_DEVICE_BATCH", "0"}}));
+}
+
+// ICECACHE_QUEUED_UPLOADS=1: each step's list changes, limits and pages to summarize reach the
+// backend by queued copies from staging memory; the selections are those of blocking copies.
+TEST_F(DeviceSelectionTest, QueuedUploadsSelectWhatBlockingUploadsSelect) {
+  ExpectSameRuns(GenerateThree(*dir_, {}),
+                 GenerateThree(*dir_, {{"ICECACHE_QUEUED_UPLOADS", "1"}}));
 }
 
 TEST_F(DeviceSelectionTest, CoveringBudgetEqualsFullAttention) {
