@@ -127,6 +127,10 @@ struct KvStats {
   // (EngineOptions::index_update): not in update_seconds, and part of the step's time only where
   // they outlasted the device's work (then in other_seconds).
   double update_beside_seconds = 0;
+  // Seconds per step this sequence's device-side selection spent on the host preparing the step
+  // (uploads of its list changes) before the step's device work was queued; part of
+  // other_seconds. A batch's step waits for every sequence's.
+  double prepare_seconds = 0;
   // The last prompt's index build after its prefill (part of its prefill time), in seconds.
   double prompt_index_seconds = 0;
   int64_t host_kv_bytes = 0;      // KV of this sequence in the host tier

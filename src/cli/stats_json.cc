@@ -41,6 +41,7 @@ nlohmann::json KvStatsToJson(const KvStats& s) {
       {"attend_seconds", s.attend_seconds},
       {"update_seconds", s.update_seconds},
       {"update_beside_seconds", s.update_beside_seconds},
+      {"prepare_seconds", s.prepare_seconds},
       {"other_seconds", s.other_seconds},
       {"prompt_index_seconds", s.prompt_index_seconds},
       {"host_kv_bytes", s.host_kv_bytes},
@@ -90,9 +91,11 @@ std::string KvStatsText(const KvStats& s, double prefill_seconds) {
     const int64_t device = s.working_set_bytes + s.device_index_bytes;
     text += fmt::format(
         "\nselection        on the device: {} of bounds, lists and residency; device KV + index "
-        "{} = {:.2f}% of the full KV",
+        "{} = {:.2f}% of the full KV; {:.3f} ms per step on the host before the step's device "
+        "work (in 'rest')",
         HumanBytes(s.device_index_bytes), HumanBytes(device),
-        s.host_kv_bytes > 0 ? 100.0 * static_cast<double>(device) / s.host_kv_bytes : 0.0);
+        s.host_kv_bytes > 0 ? 100.0 * static_cast<double>(device) / s.host_kv_bytes : 0.0,
+        ms(s.prepare_seconds));
     if (s.pages_prefetched > 0) {
       text += fmt::format(
           "\nprefetch         {:.1f} pages per step brought in ahead of their layer (in the "

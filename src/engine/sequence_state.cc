@@ -65,6 +65,7 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
   s.attend_seconds = acct.attend_s / steps;
   s.update_seconds = (acct.update_s - acct.update_beside_s) / steps;
   s.update_beside_seconds = acct.update_beside_s / steps;
+  s.prepare_seconds = acct.prepare_s / steps;
   s.other_seconds = std::max(0.0, (acct.total_s - acct.recall_s - acct.select_s - acct.fetch_s -
                                    acct.attend_s - (acct.update_s - acct.update_beside_s)) /
                                       steps);

@@ -35,7 +35,9 @@ Status SparseAttention::Prepare(const StepContext& step) {
     const auto upload =
         queued_uploads_ ? DeviceSelection::Upload::kQueued : DeviceSelection::Upload::kBlocking;
     if (st->device_select) {
+      const double t0 = NowSeconds();
       ICECACHE_RETURN_IF_ERROR(st->device_select->Prepare(st->seq, 1, upload));
+      st->acct.prepare_s += NowSeconds() - t0;
     }
   }
   positions_ = step.positions;

@@ -336,6 +336,8 @@ std::vector<GenerateResult> GenerateThree(const std::string& dir,
   for (const GenerateResult& r : *batch) {
     EXPECT_TRUE(r.stats.kv.device_select);
     EXPECT_GT(r.stats.kv.hit_rate, 0.0);
+    EXPECT_GT(r.stats.kv.prepare_seconds, 0.0);  // timed on the host, part of the step
+    EXPECT_LE(r.stats.kv.prepare_seconds, r.stats.kv.other_seconds);
   }
   for (int i = 0; alone != nullptr && i < 3; ++i) {
     auto one = (*made)->Generate(reqs[i]);
