@@ -15,6 +15,8 @@ int HeadChunks(const AttentionParams& p) {
 }
 
 using Batch = ParamBatch<AttentionParams>;
+static_assert(sizeof(Batch) + sizeof(DecodeWorkspace) + 2 * sizeof(int) <= 4096,
+              "a batch's parameters stay within the classic 4 KB of kernel parameters");
 
 // Raises the kernel's dynamic shared-memory limit once; returns the CUDA error of that.
 template <int D, class B = AttentionParams>

@@ -728,6 +728,10 @@ int LaunchPageBounds(Stream s, const PageBoundsParams& p) {
   return LastError();
 }
 
+// A batch's parameters stay within the classic 4 KB of kernel parameters.
+static_assert(sizeof(ParamBatch<PageSelectParams>) <= 4096);
+static_assert(sizeof(ParamBatch<PageMapParams>) <= 4096);
+
 namespace {
 
 // One launch of each SelectPages kernel over the entries of `b` (grid: the largest entry's).
