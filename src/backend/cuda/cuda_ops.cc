@@ -32,7 +32,14 @@ bool GemvFits(const Tensor& x, const Tensor& w) {
          w.dtype() == DType::kBF16 && Aligned16(x.data()) && Aligned16(w.data());
 }
 
+// The kernel parameters of an attention call, after the CUDA kernels' own checks.
 kernels::AttentionParams ToParams(const AttentionArgs& a) {
+  OnDevice(a.q);
+  ICECACHE_CHECK_MSG(a.q.dtype() == DType::kBF16 && a.out.dtype() == DType::kBF16,
+                     "CUDA attention: q and out must be bf16");
+  ICECACHE_CHECK_MSG(a.pool.dtype == DType::kBF16, "CUDA attention: the KV pool must be bf16");
+  ICECACHE_CHECK_MSG(kernels::AttentionSupportsHeadDim(a.pool.head_dim),
+                     "CUDA attention supports head_dim 64 and 128");
   kernels::AttentionParams p;
   p.q = a.q.data();
   p.out = a.out.data();
@@ -211,12 +218,6 @@ void CudaBackend::DoRopeWriteKv(const Tensor& inv_freq, const Tensor& q, const K
 }
 
 void CudaBackend::DoAttention(const AttentionArgs& args) {
-  OnDevice(args.q);
-  ICECACHE_CHECK_MSG(args.q.dtype() == DType::kBF16 && args.out.dtype() == DType::kBF16,
-                     "CUDA attention: q and out must be bf16");
-  ICECACHE_CHECK_MSG(args.pool.dtype == DType::kBF16, "CUDA attention: the KV pool must be bf16");
-  ICECACHE_CHECK_MSG(kernels::AttentionSupportsHeadDim(args.pool.head_dim),
-                     "CUDA attention supports head_dim 64 and 128");
   const kernels::AttentionParams p = ToParams(args);
   if (p.n_tokens == 0) return;
   // One query per sequence (decode) or a few: split-KV decode kernel; runs of many queries
@@ -251,12 +252,6 @@ void CudaBackend::DoAttentionBatch(std::span<const AttentionArgs> args) {
     b.n = 0;
   };
   for (const AttentionArgs& a : args) {
-    OnDevice(a.q);
-    ICECACHE_CHECK_MSG(a.q.dtype() == DType::kBF16 && a.out.dtype() == DType::kBF16,
-                       "CUDA attention: q and out must be bf16");
-    ICECACHE_CHECK_MSG(a.pool.dtype == DType::kBF16, "CUDA attention: the KV pool must be bf16");
-    ICECACHE_CHECK_MSG(kernels::AttentionSupportsHeadDim(a.pool.head_dim),
-                       "CUDA attention supports head_dim 64 and 128");
     const kernels::AttentionParams p = ToParams(a);
     if (b.n == kernels::kBatchCap ||
         (b.n > 0 && (p.n_heads != b.p[0].n_heads || p.n_kv_heads != b.p[0].n_kv_heads ||
