@@ -15,10 +15,11 @@
 //       --page the tokens per page of every policy (--kv-page).
 //   selection_bench build [--context 128K] [--layers 32] [--kv-heads 8] [--dim 128]
 //                         [--threads 0,1,...] [--policy icecache] [--budget 2048] [--dtype bf16]
-//                         [--decode N] [--rank auto]
+//                         [--decode N] [--rank auto] [--prepare 0|1]
 //       the prompt's bulk index build as the engine runs it after prefill (every list of a
 //       sequence, one OnAppend, host worker threads), timed for each thread count listed; with
-//       --decode N, then N decode tokens appended one at a time, each OnAppend timed.
+//       --decode N, then N decode tokens appended one at a time, each OnAppend timed; with
+//       --prepare 1 also DeviceSelection::Prepare before each token (rank centroid or quest).
 //   selection_bench synthetic [--contexts 1K,...,1M] [--budgets 256,1024] [--policies ...]
 //                             [--steps 32] [--topics 256] [--search-radius W] [--page 16]
 //       one layer, one KV head, clustered Gaussian keys (bench/selection/synthetic_keys.h).
@@ -317,6 +318,7 @@ int Build(const Args& a) {
   o.kv.budget = static_cast<int>(std::stol(Get(a, "budget", "2048")));
   o.kv.rank = Get(a, "rank", "auto");
   o.decode = static_cast<int>(std::stol(Get(a, "decode", "0")));
+  o.prepare = Get(a, "prepare", "0") == "1";
   std::printf(
       "bulk build of %d x %d lists of %lld keys (d %d, %s pages), policy %s rank %s budget %d\n\n",
       o.layers, o.kv_heads, static_cast<long long>(o.context), o.dim, dtype.c_str(),
@@ -336,6 +338,12 @@ int Build(const Args& a) {
       std::printf("\nOnAppend ms of decode tokens 1 to %zu (%d threads):", r->step_seconds.size(),
                   r->threads);
       for (double s : r->step_seconds) std::printf(" %.2f", 1e3 * s);
+      std::printf("\n\n");
+    }
+    if (!r->prepare_seconds.empty()) {
+      std::printf("DeviceSelection::Prepare ms before decode tokens 1 to %zu:",
+                  r->prepare_seconds.size());
+      for (double s : r->prepare_seconds) std::printf(" %.3f", 1e3 * s);
       std::printf("\n\n");
     }
     std::fflush(stdout);

@@ -14,9 +14,11 @@
 #include "core/half.h"
 #include "core/process.h"
 #include "core/thread_pool.h"
+#include "engine/device_selection.h"
 #include "index/policy.h"
 #include "kv/kv_sequence.h"
 #include "kv/page_pool.h"
+#include "kv/working_set.h"
 #include "synthetic_keys.h"
 
 namespace icecache::bench {
@@ -28,6 +30,9 @@ struct BulkBuildOptions {
   int threads = 0;  // 0: every hardware thread
   KvConfig kv;      // policy, budget, window, sink
   int decode = 0;   // decode tokens appended after the build, one OnAppend each
+  // Also time DeviceSelection::Prepare before each decode token (the host's share of a device-
+  // selecting step; here on the CPU backend, whose copies and page bounds are host work too).
+  bool prepare = false;
 };
 
 struct BulkBuildResult {
@@ -35,7 +40,8 @@ struct BulkBuildResult {
   int threads = 0;
   int64_t lists = 0;
   int64_t index_bytes = 0;  // the index's host memory after the build (SequenceIndex::MemoryBytes)
-  std::vector<double> step_seconds;  // OnAppend of each decode token
+  std::vector<double> step_seconds;     // OnAppend of each decode token
+  std::vector<double> prepare_seconds;  // DeviceSelection::Prepare before each decode token
 };
 
 // Writes the synthetic keys of positions [first, length) into every list (values only matter
@@ -114,12 +120,27 @@ inline Result<BulkBuildResult> RunBulkBuild(const BulkBuildOptions& o) {
   ICECACHE_RETURN_IF_ERROR(index->OnAppend(seq, 0, tokens));
   r.build_seconds = NowSeconds() - t0;
   r.index_bytes = index->MemoryBytes();
+  std::unique_ptr<WorkingSet> ws;
+  std::unique_ptr<DeviceSelection> device;
+  if (o.prepare) {
+    const SelectionLimits lim = LimitsFor(o.kv);
+    ICECACHE_ASSIGN_OR_RETURN(
+        ws, WorkingSet::Create(*backend, layout, o.layers * o.kv_heads, lim.max_pages, 0));
+    ICECACHE_ASSIGN_OR_RETURN(
+        device, DeviceSelection::Create(*backend, o.kv, layout, o.layers, o.kv_heads, *pool, *ws));
+    ICECACHE_RETURN_IF_ERROR(device->Prepare(seq, 0));  // the prompt's lists, as after prefill
+  }
   // Decode: one token at a time, as the engine appends them (the tokens leaving the window are
   // inserted into the index once a page of them has left it).
   const std::vector<int32_t> one(1, 0);
   for (int i = 0; i < o.decode; ++i) {
     const int64_t pos = seq.length();
     ICECACHE_RETURN_IF_ERROR(seq.Grow(1));
+    if (device) {
+      t0 = NowSeconds();
+      ICECACHE_RETURN_IF_ERROR(device->Prepare(seq, 1));
+      r.prepare_seconds.push_back(NowSeconds() - t0);
+    }
     ICECACHE_RETURN_IF_ERROR(FillKeys(gen, seq, workers, pos));
     t0 = NowSeconds();
     ICECACHE_RETURN_IF_ERROR(index->OnAppend(seq, pos, one));

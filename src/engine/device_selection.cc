@@ -88,16 +88,24 @@ Status DeviceSelection::Grow(int64_t entries) {
   ICECACHE_ASSIGN_OR_RETURN(Tensor lens_dev, backend_->Allocate(DType::kI32, {rows, stride}));
   ICECACHE_ASSIGN_OR_RETURN(Tensor rows_dev, backend_->Allocate(DType::kI32, {rows, stride}));
   ICECACHE_ASSIGN_OR_RETURN(Tensor scores, backend_->Allocate(DType::kF32, {heads_, stride}));
+  // The uploaded entries move over in backend memory, row by row (queued behind any upload
+  // still in flight); entries past a list's count are never read.
+  if (stride_ > 0) {
+    for (auto [from, to] :
+         {std::pair{&list_ids_, &ids_dev}, {&list_lens_, &lens_dev}, {&list_rows_, &rows_dev}}) {
+      ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocks(from->data(), to->data(), rows, stride_ * 4,
+                                                    stride_ * 4, stride * 4));
+    }
+  }
   const size_t size = static_cast<size_t>(rows * stride);
   std::vector<int32_t> ids(size, -1), lens(size, 0), summary_rows(size, -1);
   std::vector<uint64_t> vers(size, kNotSummarized);
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t e = 0; e < synced_[r]; ++e) {
-      ids[r * stride + e] = host_ids_[r * stride_ + e];
-      lens[r * stride + e] = host_lens_[r * stride_ + e];
-      summary_rows[r * stride + e] = host_rows_[r * stride_ + e];
-      vers[r * stride + e] = host_vers_[r * stride_ + e];
-    }
+    const int64_t n = synced_[r], from = r * stride_, to = r * stride;
+    std::copy_n(host_ids_.begin() + from, n, ids.begin() + to);
+    std::copy_n(host_lens_.begin() + from, n, lens.begin() + to);
+    std::copy_n(host_rows_.begin() + from, n, summary_rows.begin() + to);
+    std::copy_n(host_vers_.begin() + from, n, vers.begin() + to);
   }
   host_ids_ = std::move(ids);
   host_lens_ = std::move(lens);
@@ -108,12 +116,6 @@ Status DeviceSelection::Grow(int64_t entries) {
   list_lens_ = std::move(lens_dev);
   list_rows_ = std::move(rows_dev);
   scores_ = std::move(scores);
-  ICECACHE_RETURN_IF_ERROR(
-      backend_->Copy(Tensor(host_ids_.data(), DType::kI32, {rows, stride}), list_ids_));
-  ICECACHE_RETURN_IF_ERROR(
-      backend_->Copy(Tensor(host_lens_.data(), DType::kI32, {rows, stride}), list_lens_));
-  ICECACHE_RETURN_IF_ERROR(
-      backend_->Copy(Tensor(host_rows_.data(), DType::kI32, {rows, stride}), list_rows_));
   return Status::Ok();
 }
 

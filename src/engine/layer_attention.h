@@ -41,6 +41,16 @@ class LayerAttention {
   // selects and computes must not depend on it.
   virtual bool WantsPrefetch(int layer) const { return false; }
   virtual Status Prefetch(int layer, const Tensor& q_estimate) { return Status::Ok(); }
+
+  // Batch halves (the transformer's ICECACHE_BATCH_HALVES=1): whether `layer` may attend for a
+  // part of a decode step's sequences at a time, queued as side work (Backend::BeginSideWork:
+  // backend operations only, no copies, waits or reads of the queries on the host), and that
+  // attention: out rows of the tokens of sequences [begin, end) of the step (one token each).
+  virtual bool AttendsInParts(int layer) const { return false; }
+  virtual Status AttendPart(int layer, const Tensor& q, const Tensor& out, size_t begin,
+                            size_t end) {
+    return Unsupported("this attention does not attend in parts");
+  }
 };
 
 }  // namespace icecache

@@ -15,7 +15,7 @@ SparseAttention::SparseAttention(Backend* backend, const ModelConfig& config)
   const char* e = std::getenv("ICECACHE_DEVICE_BATCH");
   batch_ops_ = e == nullptr || e[0] != '0';
   const char* q = std::getenv("ICECACHE_QUEUED_UPLOADS");
-  queued_uploads_ = q != nullptr && q[0] == '1';
+  queued_uploads_ = q == nullptr || q[0] != '0';
 }
 
 Status SparseAttention::Prepare(const StepContext& step) {
@@ -231,6 +231,31 @@ void SparseAttention::AttendDeviceSelectedBatch(int layer, const Tensor& q, cons
     acct.fetch_s += (t2 - t1) * share;
     acct.attend_s += (t3 - t2) * share;
   }
+}
+
+bool SparseAttention::AttendsInParts(int layer) const {
+  if (states_.empty() || (phase_timing_ && backend_->device() != Device::kCpu)) return false;
+  for (const SequenceState* st : states_) {
+    if (st->kv.recall || !SelectsOnDevice(*st, layer)) return false;
+  }
+  return true;
+}
+
+Status SparseAttention::AttendPart(int layer, const Tensor& q, const Tensor& out, size_t begin,
+                                   size_t end) {
+  if (begin >= end || end > states_.size() || !AttendsInParts(layer)) {
+    return Internal("sparse attention: no such part of the batch");
+  }
+  device_selected_.clear();
+  for (size_t i = begin; i < end; ++i) device_selected_.push_back(i);
+  if (batch_ops_ && device_selected_.size() > 1) {
+    AttendDeviceSelectedBatch(layer, q, out);
+    return Status::Ok();
+  }
+  for (size_t i = begin; i < end; ++i) {
+    AttendDeviceSelected(layer, q, out, static_cast<int64_t>(i), *states_[i]);
+  }
+  return Status::Ok();
 }
 
 Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {

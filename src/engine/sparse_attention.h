@@ -56,6 +56,11 @@ class SparseAttention : public LayerAttention {
   Status Attend(int layer, const Tensor& q, const Tensor& out) override;
   bool WantsPrefetch(int layer) const override;
   Status Prefetch(int layer, const Tensor& q_estimate) override;
+  // In parts when every sequence selects `layer`'s pages in backend memory (and no phase is
+  // timed): a part runs as batched ops, or one sequence after another without lanes.
+  bool AttendsInParts(int layer) const override;
+  Status AttendPart(int layer, const Tensor& q, const Tensor& out, size_t begin,
+                    size_t end) override;
 
  private:
   // Attention of one sequence's token over a page table built from `lists` (one list per KV
@@ -93,9 +98,10 @@ class SparseAttention : public LayerAttention {
   std::vector<AttentionArgs> attend_batch_;
   // Batched ops for several device-selecting sequences (ICECACHE_DEVICE_BATCH=0: one lane each).
   bool batch_ops_ = true;
-  // DeviceSelection::Prepare's uploads queued instead of blocking (ICECACHE_QUEUED_UPLOADS=1;
-  // off until measured on a GPU).
-  bool queued_uploads_ = false;
+  // DeviceSelection::Prepare's uploads queued instead of blocking (ICECACHE_QUEUED_UPLOADS=0:
+  // blocking). The host's own share of a Prepare is small (docs/PERF.md): blocking copies made
+  // the device wait for the host after each of them.
+  bool queued_uploads_ = true;
   std::vector<int32_t> table_;  // host staging: indptr | indices | lens
   Tensor table_dev_, q_host_, row_base_;
   std::vector<float> q_f32_;

@@ -1,6 +1,7 @@
 #include "engine/transformer.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "core/check.h"
@@ -56,6 +57,8 @@ Result<std::unique_ptr<Transformer>> Transformer::Create(const ModelConfig& conf
   t->backend_ = backend;
   t->max_tokens_ = max_tokens;
   t->max_seqs_ = max_seqs;
+  const char* halves = std::getenv("ICECACHE_BATCH_HALVES");
+  t->halves_ = halves != nullptr && halves[0] == '1';
   ICECACHE_RETURN_IF_ERROR(t->PrepareWeights(weights));
   ICECACHE_RETURN_IF_ERROR(t->AllocateWorkspace(max_seqs, pool_capacity));
   return t;
@@ -307,6 +310,69 @@ Status Transformer::QueuePrefetch(int layer, int64_t n, const Tensor& pos_t,
   return st;
 }
 
+Transformer::Rows Transformer::RowsOf(TokenRange r) const {
+  const int64_t b = r.begin, e = r.end;
+  return Rows{x_.Slice(b, e), xn_.Slice(b, e),   q_.Slice(b, e),    k_.Slice(b, e),
+              v_.Slice(b, e), attn_.Slice(b, e), gate_.Slice(b, e), up_.Slice(b, e)};
+}
+
+void Transformer::LayerIn(int l, TokenRange r, const Tensor& pos_t, const KvPoolView& pool) {
+  const ModelConfig& c = config_;
+  Backend& b = *backend_;
+  const LayerWeights& lw = w_.layers[l];
+  const Rows t = RowsOf(r);
+  const int64_t n = r.end - r.begin;
+  if (l == 0) {
+    b.RmsNorm(t.x, lw.attn_norm, c.norm_eps, t.xn);
+  } else {
+    b.AddRmsNorm(t.xn, t.x, lw.attn_norm, c.norm_eps, t.xn);  // the previous layer's MLP residual
+  }
+  if (!lw.wqkv.empty()) {
+    const Tensor qkv[] = {t.q.Reshape({n, c.q_dim()}), t.k.Reshape({n, c.kv_dim()}),
+                          t.v.Reshape({n, c.kv_dim()})};
+    b.MatMulSplit(t.xn, lw.wqkv, qkv);
+  } else {
+    b.MatMul(t.xn, lw.wq, lw.bq.empty() ? nullptr : &lw.bq, t.q.Reshape({n, c.q_dim()}));
+    b.MatMul(t.xn, lw.wk, lw.bk.empty() ? nullptr : &lw.bk, t.k.Reshape({n, c.kv_dim()}));
+    b.MatMul(t.xn, lw.wv, lw.bv.empty() ? nullptr : &lw.bv, t.v.Reshape({n, c.kv_dim()}));
+  }
+  if (!lw.q_norm.empty()) {
+    const Tensor qh = t.q.Reshape({n * c.n_heads, c.head_dim});
+    const Tensor kh = t.k.Reshape({n * c.n_kv_heads, c.head_dim});
+    b.RmsNorm(qh, lw.q_norm, c.norm_eps, qh);
+    b.RmsNorm(kh, lw.k_norm, c.norm_eps, kh);
+  }
+  const int64_t m = max_tokens_;
+  int32_t* slots_at =
+      inputs_.data_as<int32_t>() + 4 * m + (static_cast<int64_t>(l) * m + r.begin) * c.n_kv_heads;
+  const Tensor slots(slots_at, DType::kI32, {n, c.n_kv_heads}, b.device());
+  b.RopeWriteKv(inv_freq_, t.q, KvWriteArgs{t.k, t.v, slots, pos_t.Slice(r.begin, r.end), pool});
+}
+
+void Transformer::LayerOut(int l, TokenRange r) {
+  const ModelConfig& c = config_;
+  Backend& b = *backend_;
+  const LayerWeights& lw = w_.layers[l];
+  const Rows t = RowsOf(r);
+  const int64_t n = r.end - r.begin;
+  b.MatMul(t.attn.Reshape({n, c.q_dim()}), lw.wo, nullptr, t.xn);
+  b.AddRmsNorm(t.xn, t.x, lw.ffn_norm, c.norm_eps, t.xn);
+}
+
+void Transformer::LayerMlp(int l, TokenRange r) {
+  Backend& b = *backend_;
+  const LayerWeights& lw = w_.layers[l];
+  const Rows t = RowsOf(r);
+  if (!lw.w_gate_up.empty()) {
+    b.MatMulGlu(t.xn, lw.w_gate_up, t.up, t.gate);
+  } else {
+    b.MatMul(t.xn, lw.w_gate, nullptr, t.gate);
+    b.MatMul(t.xn, lw.w_up, nullptr, t.up);
+    b.SwiGlu(t.gate, t.up, t.gate);
+  }
+  b.MatMul(t.gate, lw.w_down, nullptr, t.xn);
+}
+
 Status Transformer::RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows,
                               LayerAttention& attention) {
   const ModelConfig& c = config_;
@@ -317,53 +383,46 @@ Status Transformer::RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows,
   const Tensor ids_t(base, DType::kI32, {n}, dev);
   const Tensor pos_t(base + m, DType::kI32, {n}, dev);
   const Tensor rows_t(base + 3 * m, DType::kI32, {n_rows}, dev);
-  const Tensor x = x_.Slice(0, n), xn = xn_.Slice(0, n), q = q_.Slice(0, n), k = k_.Slice(0, n),
-               v = v_.Slice(0, n), attn = attn_.Slice(0, n), gate = gate_.Slice(0, n),
-               up = up_.Slice(0, n);
+  const Tensor x = x_.Slice(0, n), xn = xn_.Slice(0, n), q = q_.Slice(0, n),
+               attn = attn_.Slice(0, n);
   const KvPoolView pool = in.seqs.front()->pool().view();
+  // Batch halves: in a decode step whose layer attends in parts, the second half of the
+  // sequences runs that layer as side work, queued once the first half's attention is queued,
+  // so that one half's page fetch can overlap the other half's matrix products.
+  const TokenRange all{0, n};
+  const bool halves =
+      halves_ && in.attention != nullptr && n >= 2 && n == static_cast<int64_t>(in.seqs.size());
+  const TokenRange first{0, n / 2}, second{n / 2, n};
 
   b.Embed(w_.tok_embd, ids_t, x);
   for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& lw = w_.layers[l];
-    if (l == 0) {
-      b.RmsNorm(x, lw.attn_norm, c.norm_eps, xn);
-    } else {
-      b.AddRmsNorm(xn, x, lw.attn_norm, c.norm_eps, xn);  // the previous layer's MLP residual
+    if (halves && attention.AttendsInParts(l)) {
+      LayerIn(l, first, pos_t, pool);
+      ICECACHE_RETURN_IF_ERROR(attention.AttendPart(l, q, attn, first.begin, first.end));
+      b.BeginSideWork();
+      LayerIn(l, second, pos_t, pool);
+      const Status st = attention.AttendPart(l, q, attn, second.begin, second.end);
+      if (st.ok()) {
+        LayerOut(l, second);
+        LayerMlp(l, second);
+      }
+      b.EndSideWork();
+      ICECACHE_RETURN_IF_ERROR(st);
+      LayerOut(l, first);
+      LayerMlp(l, first);
+      continue;
     }
-    if (!lw.wqkv.empty()) {
-      const Tensor qkv[] = {q.Reshape({n, c.q_dim()}), k.Reshape({n, c.kv_dim()}),
-                            v.Reshape({n, c.kv_dim()})};
-      b.MatMulSplit(xn, lw.wqkv, qkv);
-    } else {
-      b.MatMul(xn, lw.wq, lw.bq.empty() ? nullptr : &lw.bq, q.Reshape({n, c.q_dim()}));
-      b.MatMul(xn, lw.wk, lw.bk.empty() ? nullptr : &lw.bk, k.Reshape({n, c.kv_dim()}));
-      b.MatMul(xn, lw.wv, lw.bv.empty() ? nullptr : &lw.bv, v.Reshape({n, c.kv_dim()}));
-    }
-    if (!lw.q_norm.empty()) {
-      const Tensor qh = q.Reshape({n * c.n_heads, c.head_dim});
-      const Tensor kh = k.Reshape({n * c.n_kv_heads, c.head_dim});
-      b.RmsNorm(qh, lw.q_norm, c.norm_eps, qh);
-      b.RmsNorm(kh, lw.k_norm, c.norm_eps, kh);
-    }
-    const Tensor slots(base + 4 * m + static_cast<int64_t>(l) * m * c.n_kv_heads, DType::kI32,
-                       {n, c.n_kv_heads}, dev);
-    b.RopeWriteKv(inv_freq_, q, KvWriteArgs{k, v, slots, pos_t, pool});
+    if (halves) b.JoinSideWork();  // the second half's side work of the layer before
+    LayerIn(l, all, pos_t, pool);
     b.JoinSideWork();  // the prefetch for this layer, queued during the last one
     ICECACHE_RETURN_IF_ERROR(attention.Attend(l, q, attn));
-    b.MatMul(attn.Reshape({n, c.q_dim()}), lw.wo, nullptr, xn);
-    b.AddRmsNorm(xn, x, lw.ffn_norm, c.norm_eps, xn);
-    if (l + 1 < c.n_layers && n <= qe_.dim(0) && attention.WantsPrefetch(l + 1)) {
+    LayerOut(l, all);
+    if (!halves && l + 1 < c.n_layers && n <= qe_.dim(0) && attention.WantsPrefetch(l + 1)) {
       ICECACHE_RETURN_IF_ERROR(QueuePrefetch(l + 1, n, pos_t, attention));
     }
-    if (!lw.w_gate_up.empty()) {
-      b.MatMulGlu(xn, lw.w_gate_up, up, gate);
-    } else {
-      b.MatMul(xn, lw.w_gate, nullptr, gate);
-      b.MatMul(xn, lw.w_up, nullptr, up);
-      b.SwiGlu(gate, up, gate);
-    }
-    b.MatMul(gate, lw.w_down, nullptr, xn);
+    LayerMlp(l, all);
   }
+  b.JoinSideWork();
   b.Add(xn, x);
   if (n_rows == 0) return Status::Ok();
   const Tensor sel = logits_in_.Slice(0, n_rows);

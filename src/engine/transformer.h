@@ -94,6 +94,20 @@ class Transformer {
   Result<int64_t> StageInputs(const ForwardInput& in, std::span<const int64_t> start);
   // The layers and the logits (backend ops only).
   Status RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows, LayerAttention& attention);
+  // A step's tokens [begin, end), and the activations of those rows.
+  struct TokenRange {
+    int64_t begin = 0, end = 0;
+  };
+  struct Rows {
+    Tensor x, xn, q, k, v, attn, gate, up;
+  };
+  Rows RowsOf(TokenRange r) const;
+  // One layer for the tokens of `r`: up to its attention (norm, projections, RoPE, K/V written
+  // into `pool`); from the attention's output to the MLP's input (output projection, residual,
+  // norm); the MLP.
+  void LayerIn(int l, TokenRange r, const Tensor& pos_t, const KvPoolView& pool);
+  void LayerOut(int l, TokenRange r);
+  void LayerMlp(int l, TokenRange r);
   // Queues the early query estimate of `layer` for the step's `n` tokens and the strategy's
   // prefetch from it as side work (LayerAttention::Prefetch).
   Status QueuePrefetch(int layer, int64_t n, const Tensor& pos_t, LayerAttention& attention);
@@ -102,6 +116,9 @@ class Transformer {
   Backend* backend_ = nullptr;
   int max_tokens_ = 0;
   int max_seqs_ = 0;
+  // ICECACHE_BATCH_HALVES=1: decode steps whose attention runs in parts run each layer in two
+  // halves of the batch, the second as side work (RunLayers). Off until measured on a GPU.
+  bool halves_ = false;
   ModelWeights w_;  // prepared for the backend
 
   // Activations (backend memory), sized for max_tokens_.

@@ -8,6 +8,7 @@
 //   their top-1 tokens over real text agree with the same policy on the CPU backend at most
 //   steps;
 // - index updates beside the next step's device work keep every token and race with nothing;
+// - a batch's layers run in two halves on two streams (ICECACHE_BATCH_HALVES) change no token;
 // - sparse policies on a device-resident KV are a clear error.
 #include <gtest/gtest.h>
 
@@ -232,11 +233,11 @@ TEST_F(CudaOffload, PrefetchOnTheSideStreamChangesNoLogit) {
   }
 }
 
-// A batch whose sequences select on the device runs their selection, map and attention in lanes
-// (one stream each, Backend::BeginLanes). Lanes change when kernels run, never what they compute:
-// the same batch with lanes turned off (ICECACHE_CUDA_LANES=0, read when the backend is made)
-// generates exactly the same tokens. Four different prompts, budget 64 of 624 tokens.
-TEST_F(CudaOffload, LanesChangeNoToken) {
+// Four greedy requests with different prompts (kContext tokens) generated as one batch by two
+// engines on the synthetic tiny model, selecting on the device at budget 64 (quest and
+// icecache): one made with `name`=`value` in the environment, one without. Both generate the
+// same tokens and attend the same number of tokens.
+void ExpectSameBatchWith(const char* name, const char* value, int max_tokens) {
   EngineOptions o{.context_size = 1024, .synthetic = "tiny"};
   o.max_sequences = 4;
   o.kv_select = "device";
@@ -244,7 +245,7 @@ TEST_F(CudaOffload, LanesChangeNoToken) {
   for (int r = 0; r < 4; ++r) {
     for (int i = 0; i < kContext; ++i)
       requests[r].prompt_tokens.push_back((i * 53 + 11 + r * 7) % 97 + 3);
-    requests[r].max_tokens = kSteps;
+    requests[r].max_tokens = max_tokens;
     requests[r].ignore_eos = true;
     requests[r].sampling.temperature = 0;
   }
@@ -252,24 +253,41 @@ TEST_F(CudaOffload, LanesChangeNoToken) {
     SCOPED_TRACE(policy);
     o.kv.policy = policy;
     o.kv.budget = 64;
-    setenv("ICECACHE_CUDA_LANES", "0", 1);
-    auto off = MakeEngine(o, "cuda", "on");
-    unsetenv("ICECACHE_CUDA_LANES");
-    auto on = MakeEngine(o, "cuda", "on");
-    ASSERT_TRUE(off && on);
-    auto want = off->GenerateBatch(requests);
-    auto got = on->GenerateBatch(requests);
+    auto plain = MakeEngine(o, "cuda", "on");
+    setenv(name, value, 1);
+    auto with = MakeEngine(o, "cuda", "on");
+    unsetenv(name);
+    ASSERT_TRUE(plain && with);
+    auto want = plain->GenerateBatch(requests);
+    auto got = with->GenerateBatch(requests);
     ASSERT_TRUE(want.ok()) << want.status().message();
     ASSERT_TRUE(got.ok()) << got.status().message();
     ASSERT_EQ(got->size(), requests.size());
     for (size_t r = 0; r < requests.size(); ++r) {
       EXPECT_TRUE((*got)[r].stats.kv.device_select);
-      EXPECT_EQ((*got)[r].tokens.size(), static_cast<size_t>(kSteps));
+      EXPECT_EQ((*got)[r].tokens.size(), static_cast<size_t>(max_tokens));
       EXPECT_EQ((*got)[r].tokens, (*want)[r].tokens) << "request " << r;
+      EXPECT_DOUBLE_EQ((*got)[r].stats.kv.tokens_attended, (*want)[r].stats.kv.tokens_attended);
     }
     // Different prompts, different continuations: the batch is not one sequence four times.
     EXPECT_NE((*got)[0].tokens, (*got)[1].tokens);
   }
+}
+
+// A batch whose sequences select on the device runs their selection, map and attention in lanes
+// (one stream each, Backend::BeginLanes). Lanes change when kernels run, never what they compute:
+// the same batch with lanes turned off (ICECACHE_CUDA_LANES=0, read when the backend is made)
+// generates exactly the same tokens.
+TEST_F(CudaOffload, LanesChangeNoToken) { ExpectSameBatchWith("ICECACHE_CUDA_LANES", "0", kSteps); }
+
+// ICECACHE_BATCH_HALVES=1 (read when the transformer is made): every layer of a decode step runs
+// for the first two sequences on the compute stream and for the other two as side work, queued
+// once the first half's attention is, with its own decode and GEMM workspaces. Both halves'
+// matrix products take the GEMV path, as the whole batch's do, so the tokens are those of the
+// whole batch; a race between the halves (shared scratch, an early join) would show as a
+// difference. 40 steps: icecache's lists take in pages and re-arrange meanwhile.
+TEST_F(CudaOffload, BatchHalvesChangeNoToken) {
+  ExpectSameBatchWith("ICECACHE_BATCH_HALVES", "1", 40);
 }
 
 // On a GPU a batch's index updates run beside the next step's device work (--index-update auto):

@@ -14,6 +14,7 @@
 // - PageBounds writes mean keys in Q8_0 to the summary rows its caller names, and SelectPages
 //   reads each entry's summary through its row;
 // - prefetching from early query estimates changes no logit;
+// - running a batch's layers in two halves (ICECACHE_BATCH_HALVES) changes no token;
 // - unsupported combinations are clear errors.
 #include <gtest/gtest.h>
 
@@ -372,11 +373,22 @@ TEST_F(DeviceSelectionTest, BatchedOpsGenerateWhatOneSequenceAtATimeGenerates) {
   ExpectSameRuns(batched, GenerateThree(*dir_, {{"ICECACHE_DEVICE_BATCH", "0"}}));
 }
 
-// ICECACHE_QUEUED_UPLOADS=1: each step's list changes, limits and pages to summarize reach the
-// backend by queued copies from staging memory; the selections are those of blocking copies.
+// By default each step's list changes, limits and pages to summarize reach the backend by queued
+// copies from staging memory; the selections are those of blocking copies
+// (ICECACHE_QUEUED_UPLOADS=0).
 TEST_F(DeviceSelectionTest, QueuedUploadsSelectWhatBlockingUploadsSelect) {
-  ExpectSameRuns(GenerateThree(*dir_, {}),
-                 GenerateThree(*dir_, {{"ICECACHE_QUEUED_UPLOADS", "1"}}));
+  ExpectSameRuns(GenerateThree(*dir_, {{"ICECACHE_QUEUED_UPLOADS", "0"}}),
+                 GenerateThree(*dir_, {}));
+}
+
+// ICECACHE_BATCH_HALVES=1: every layer runs for the first half of the batch (one sequence here),
+// then for the second half (two) as side work, which the CPU runs in order; the tokens, the
+// tokens attended and the hits are those of the whole batch, with batched ops and without.
+TEST_F(DeviceSelectionTest, BatchHalvesGenerateWhatTheWholeBatchGenerates) {
+  const auto whole = GenerateThree(*dir_, {});
+  ExpectSameRuns(whole, GenerateThree(*dir_, {{"ICECACHE_BATCH_HALVES", "1"}}));
+  ExpectSameRuns(whole, GenerateThree(*dir_, {{"ICECACHE_BATCH_HALVES", "1"},
+                                              {"ICECACHE_DEVICE_BATCH", "0"}}));
 }
 
 TEST_F(DeviceSelectionTest, CoveringBudgetEqualsFullAttention) {

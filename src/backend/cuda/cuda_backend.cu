@@ -16,7 +16,9 @@ namespace icecache::cuda {
 namespace {
 
 constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
-constexpr int64_t kSideGemmWorkspaceBytes = int64_t{4} << 20;  // side work's small products
+// Side work's products: the prefetch's small ones, or half a batch's layer (batch halves), which
+// should find the same cuBLASLt plans as the compute stream's.
+constexpr int64_t kSideGemmWorkspaceBytes = kGemmWorkspaceBytes;
 // Decode attention scratch: enough partial rows for several waves of split blocks.
 constexpr int64_t kDecodePartialFloats = int64_t{8} << 20;
 constexpr int64_t kDecodeLseFloats = int64_t{256} << 10;
@@ -164,8 +166,10 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
   }
 
   // Fixed scratch, allocated once: the GEMM workspace and the decode partials (bytes as i32).
-  const int64_t scratch_ints = (kGemmWorkspaceBytes + kSideGemmWorkspaceBytes) / 4 +
-                               kDecodePartialFloats + kDecodeLseFloats + kDecodeCounters;
+  constexpr int64_t kSideShare = 4;  // side work's decode workspace: a quarter of the main one
+  const int64_t scratch_ints =
+      (kGemmWorkspaceBytes + kSideGemmWorkspaceBytes) / 4 +
+      (kDecodePartialFloats + kDecodeLseFloats + kDecodeCounters) * (kSideShare + 1) / kSideShare;
   ICECACHE_ASSIGN_OR_RETURN(decode_scratch_, Allocate(DType::kI32, {scratch_ints}));
   int32_t* base = decode_scratch_.data_as<int32_t>();
   ICECACHE_ASSIGN_OR_RETURN(gemm_, GemmRunner::Create(base, kGemmWorkspaceBytes));
@@ -180,6 +184,15 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
   base += kDecodeLseFloats;
   decode_ws_.counters = base;
   decode_ws_.counter_capacity = kDecodeCounters;
+  base += kDecodeCounters;
+  side_ws_.partial_o = reinterpret_cast<float*>(base);
+  side_ws_.o_capacity = kDecodePartialFloats / kSideShare;
+  base += side_ws_.o_capacity;
+  side_ws_.partial_lse = reinterpret_cast<float*>(base);
+  side_ws_.lse_capacity = kDecodeLseFloats / kSideShare;
+  base += side_ws_.lse_capacity;
+  side_ws_.counters = base;
+  side_ws_.counter_capacity = kDecodeCounters / kSideShare;
   ICECACHE_RETURN_IF_ERROR(InitLanes());
   Synchronize();
   return Status::Ok();

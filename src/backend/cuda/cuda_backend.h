@@ -159,6 +159,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<GemmRunner> gemm_, side_gemm_;
   Tensor decode_scratch_;  // partial outputs, log-sum-exps and counters of decode attention
   kernels::DecodeWorkspace decode_ws_;
+  // Side work's own (smaller) decode workspace: side work may attend while the compute stream
+  // does (the transformer's batch halves).
+  kernels::DecodeWorkspace side_ws_;
   // Lanes (Backend::BeginLanes): a stream, the event that ends its work, and a slice of the
   // decode workspace each (the main workspace is idle while lanes run: they are ordered after
   // the compute stream's work and before what follows EndLanes).
@@ -174,6 +177,7 @@ class CudaBackend final : public Backend {
   int lane_ = -1;  // the lane operations queue on, or -1 (compute or side stream)
   // The decode workspace of the stream operations queue on.
   const kernels::DecodeWorkspace& decode_ws() const {
+    if (on_side_) return side_ws_;
     return lane_ >= 0 ? lanes_[lane_].ws : decode_ws_;
   }
 
