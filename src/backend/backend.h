@@ -180,8 +180,9 @@ class Backend {
   // Side work: operations queued between BeginSideWork() and EndSideWork() are ordered after
   // everything queued before BeginSideWork() but may run alongside what is queued after
   // EndSideWork(), until JoinSideWork() orders the work queued after it after the side work.
-  // Side work holds operations only (no copies, allocations or waits) and must not touch what
-  // the main work touches before the join; Synchronize waits for it too. Where work runs as it
+  // Side work holds operations only (no copies, allocations or waits; matrix products and
+  // attention included: a backend gives side work its own scratch) and must not touch what the
+  // main work touches before the join; Synchronize waits for it too. Where work runs as it
   // is queued (the CPU), these do nothing.
   virtual void BeginSideWork() {}
   virtual void EndSideWork() {}

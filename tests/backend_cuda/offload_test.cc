@@ -233,11 +233,13 @@ TEST_F(CudaOffload, PrefetchOnTheSideStreamChangesNoLogit) {
   }
 }
 
+using Env = std::vector<std::pair<const char*, const char*>>;
+
 // Four greedy requests with different prompts (kContext tokens) generated as one batch by two
 // engines on the synthetic tiny model, selecting on the device at budget 64 (quest and
-// icecache): one made with `name`=`value` in the environment, one without. Both generate the
-// same tokens and attend the same number of tokens.
-void ExpectSameBatchWith(const char* name, const char* value, int max_tokens) {
+// icecache), each made with its environment (`env_a`, `env_b`) set. Both generate the same
+// tokens and attend the same number of tokens.
+void ExpectSameBatch(const Env& env_a, const Env& env_b, int max_tokens) {
   EngineOptions o{.context_size = 1024, .synthetic = "tiny"};
   o.max_sequences = 4;
   o.kv_select = "device";
@@ -249,17 +251,21 @@ void ExpectSameBatchWith(const char* name, const char* value, int max_tokens) {
     requests[r].ignore_eos = true;
     requests[r].sampling.temperature = 0;
   }
+  auto make = [&](const Env& env) {
+    for (const auto& [name, value] : env) setenv(name, value, 1);
+    auto e = MakeEngine(o, "cuda", "on");
+    for (const auto& [name, value] : env) unsetenv(name);
+    return e;
+  };
   for (const char* policy : {"quest", "icecache"}) {
     SCOPED_TRACE(policy);
     o.kv.policy = policy;
     o.kv.budget = 64;
-    auto plain = MakeEngine(o, "cuda", "on");
-    setenv(name, value, 1);
-    auto with = MakeEngine(o, "cuda", "on");
-    unsetenv(name);
-    ASSERT_TRUE(plain && with);
-    auto want = plain->GenerateBatch(requests);
-    auto got = with->GenerateBatch(requests);
+    auto a = make(env_a);
+    auto b = make(env_b);
+    ASSERT_TRUE(a && b);
+    auto want = a->GenerateBatch(requests);
+    auto got = b->GenerateBatch(requests);
     ASSERT_TRUE(want.ok()) << want.status().message();
     ASSERT_TRUE(got.ok()) << got.status().message();
     ASSERT_EQ(got->size(), requests.size());
@@ -275,19 +281,25 @@ void ExpectSameBatchWith(const char* name, const char* value, int max_tokens) {
 }
 
 // A batch whose sequences select on the device runs their selection, map and attention in lanes
-// (one stream each, Backend::BeginLanes). Lanes change when kernels run, never what they compute:
-// the same batch with lanes turned off (ICECACHE_CUDA_LANES=0, read when the backend is made)
-// generates exactly the same tokens.
-TEST_F(CudaOffload, LanesChangeNoToken) { ExpectSameBatchWith("ICECACHE_CUDA_LANES", "0", kSteps); }
+// (one stream each, Backend::BeginLanes) when batched ops are off. Lanes change when kernels
+// run, never what they compute: the same batch with lanes turned off (ICECACHE_CUDA_LANES=0, read
+// when the backend is made) generates exactly the same tokens.
+TEST_F(CudaOffload, LanesChangeNoToken) {
+  ExpectSameBatch({{"ICECACHE_DEVICE_BATCH", "0"}},
+                  {{"ICECACHE_DEVICE_BATCH", "0"}, {"ICECACHE_CUDA_LANES", "0"}}, kSteps);
+}
 
 // ICECACHE_BATCH_HALVES=1 (read when the transformer is made): every layer of a decode step runs
 // for the first two sequences on the compute stream and for the other two as side work, queued
-// once the first half's attention is, with its own decode and GEMM workspaces. Both halves'
-// matrix products take the GEMV path, as the whole batch's do, so the tokens are those of the
-// whole batch; a race between the halves (shared scratch, an early join) would show as a
-// difference. 40 steps: icecache's lists take in pages and re-arrange meanwhile.
+// once the first half's attention is, with its own decode and GEMM workspaces. The matrix
+// products of a half take the GEMV path, which computes each row as the whole batch's does, and
+// with batched ops off each sequence attends with one call's splits in either case (a batched
+// attention launch splits by its number of sequences, which halves change), so the tokens are
+// exactly the whole batch's; a race between the halves (shared scratch, an early join) would
+// show as a difference. 40 steps: icecache's lists take in pages and re-arrange meanwhile.
 TEST_F(CudaOffload, BatchHalvesChangeNoToken) {
-  ExpectSameBatchWith("ICECACHE_BATCH_HALVES", "1", 40);
+  ExpectSameBatch({{"ICECACHE_DEVICE_BATCH", "0"}},
+                  {{"ICECACHE_DEVICE_BATCH", "0"}, {"ICECACHE_BATCH_HALVES", "1"}}, 40);
 }
 
 // On a GPU a batch's index updates run beside the next step's device work (--index-update auto):
