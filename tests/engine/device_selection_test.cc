@@ -306,15 +306,17 @@ TEST_F(DeviceSelectionTest, IndexUpdatesBesideTheNextStepLoseNoToken) {
 
 // A batch of icecache sequences (rank centroid) selecting in backend memory, generated with the
 // environment `env` (name, value) set while the engine is made; `alone` (if given) gets each
-// request generated on its own by the same engine.
+// request generated on its own by the same engine. `dense_layers`: --kv-dense-layers.
 std::vector<GenerateResult> GenerateThree(const std::string& dir,
                                           std::vector<std::pair<const char*, const char*>> env,
-                                          std::vector<GenerateResult>* alone = nullptr) {
+                                          std::vector<GenerateResult>* alone = nullptr,
+                                          int dense_layers = 0) {
   KvConfig kv;
   kv.policy = "icecache";
   kv.rank = "centroid";
   kv.budget = 64;
   kv.page_size = 8;
+  kv.dense_layers = dense_layers;
   std::vector<GenerateRequest> reqs(3);
   for (int i = 0; i < 3; ++i) {
     for (int t = 0; t < 200 + 40 * i; ++t)
@@ -383,12 +385,16 @@ TEST_F(DeviceSelectionTest, QueuedUploadsSelectWhatBlockingUploadsSelect) {
 
 // ICECACHE_BATCH_HALVES=1: every layer runs for the first half of the batch (one sequence here),
 // then for the second half (two) as side work, which the CPU runs in order; the tokens, the
-// tokens attended and the hits are those of the whole batch, with batched ops and without.
+// tokens attended and the hits are those of the whole batch, with batched ops and without. With a
+// dense first layer, that layer runs for the whole batch (its attention reads page tables the
+// host builds) and the others in halves.
 TEST_F(DeviceSelectionTest, BatchHalvesGenerateWhatTheWholeBatchGenerates) {
   const auto whole = GenerateThree(*dir_, {});
   ExpectSameRuns(whole, GenerateThree(*dir_, {{"ICECACHE_BATCH_HALVES", "1"}}));
   ExpectSameRuns(whole, GenerateThree(*dir_, {{"ICECACHE_BATCH_HALVES", "1"},
                                               {"ICECACHE_DEVICE_BATCH", "0"}}));
+  ExpectSameRuns(GenerateThree(*dir_, {}, nullptr, 1),
+                 GenerateThree(*dir_, {{"ICECACHE_BATCH_HALVES", "1"}}, nullptr, 1));
 }
 
 TEST_F(DeviceSelectionTest, CoveringBudgetEqualsFullAttention) {
