@@ -29,8 +29,7 @@ struct EngineOptions {
   // model cache; see ResolveModelPath).
   std::string model = "default";
   std::string device = "cpu";  // "cpu" or "cuda"
-  int threads = 0;             // CPU threads: CPU backend, KV index workers (0: all cores;
-                               // on a GPU all but one, left to the thread driving the device)
+  int threads = 0;             // CPU threads (0: all cores): CPU backend, KV index workers
   int context_size = 0;        // tokens per sequence; 0: the model's trained context length
   int prefill_chunk = 512;     // prompt tokens per forward pass
   int max_sequences = 1;       // sequences whose full context the KV pool must hold at once

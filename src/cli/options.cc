@@ -58,8 +58,7 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
       ->transform(CLI::AsSizeValue(false));
   app.add_option("-t,--threads", o->threads,
                  "CPU threads (0: all cores): the model's compute on the CPU, and the threads "
-                 "that build, update and search KV indexes (on a GPU, those alone; 0 there: "
-                 "all cores but the one that drives the device)")
+                 "that build, update and search KV indexes (on a GPU, those alone)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("-c,--ctx-size", o->ctx_size,
                  "context limit in tokens (0: the model's trained context)")

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 
 #include "core/process.h"
 #include "engine/generation.h"
@@ -152,14 +151,8 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
                            : options.kv_prefetch == "auto" && gpu ? Prefetch::kAlone
                                                                   : Prefetch::kOff);
   // The KV index workers: on the CPU they share the backend's thread count; on a GPU they are
-  // the engine's only host threads besides the one that drives the device, which by default
-  // keeps a core of its own (index updates run beside the device's work and spin while they
-  // wait; a driver thread preempted by them would leave the GPU waiting for its next launch).
-  int workers = options.threads;
-  if (workers == 0 && gpu) {
-    workers = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
-  }
-  e->index_workers_ = std::make_unique<ThreadPool>(workers);
+  // the engine's only host threads besides the one that drives the device.
+  e->index_workers_ = std::make_unique<ThreadPool>(options.threads);
   if (offload) {
     // One layer of the pool (what a dense step of every sequence may list), grown on demand.
     e->staged_ = std::make_unique<StagedAttention>(e->backend_.get(), c, layout,
