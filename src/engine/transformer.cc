@@ -316,11 +316,11 @@ Transformer::Rows Transformer::RowsOf(TokenRange r) const {
               v_.Slice(b, e), attn_.Slice(b, e), gate_.Slice(b, e), up_.Slice(b, e)};
 }
 
-void Transformer::LayerIn(int l, TokenRange r, const Tensor& pos_t, const KvPoolView& pool) {
+void Transformer::LayerIn(int l, TokenRange r, const Rows& t, const Tensor& pos_t,
+                          const KvPoolView& pool) {
   const ModelConfig& c = config_;
   Backend& b = *backend_;
   const LayerWeights& lw = w_.layers[l];
-  const Rows t = RowsOf(r);
   const int64_t n = r.end - r.begin;
   if (l == 0) {
     b.RmsNorm(t.x, lw.attn_norm, c.norm_eps, t.xn);
@@ -349,20 +349,18 @@ void Transformer::LayerIn(int l, TokenRange r, const Tensor& pos_t, const KvPool
   b.RopeWriteKv(inv_freq_, t.q, KvWriteArgs{t.k, t.v, slots, pos_t.Slice(r.begin, r.end), pool});
 }
 
-void Transformer::LayerOut(int l, TokenRange r) {
+void Transformer::LayerOut(int l, const Rows& t) {
   const ModelConfig& c = config_;
   Backend& b = *backend_;
   const LayerWeights& lw = w_.layers[l];
-  const Rows t = RowsOf(r);
-  const int64_t n = r.end - r.begin;
+  const int64_t n = t.attn.dim(0);
   b.MatMul(t.attn.Reshape({n, c.q_dim()}), lw.wo, nullptr, t.xn);
   b.AddRmsNorm(t.xn, t.x, lw.ffn_norm, c.norm_eps, t.xn);
 }
 
-void Transformer::LayerMlp(int l, TokenRange r) {
+void Transformer::LayerMlp(int l, const Rows& t) {
   Backend& b = *backend_;
   const LayerWeights& lw = w_.layers[l];
-  const Rows t = RowsOf(r);
   if (!lw.w_gate_up.empty()) {
     b.MatMulGlu(t.xn, lw.w_gate_up, t.up, t.gate);
   } else {
@@ -393,34 +391,38 @@ Status Transformer::RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows,
   const bool halves =
       halves_ && in.attention != nullptr && n >= 2 && n == static_cast<int64_t>(in.seqs.size());
   const TokenRange first{0, n / 2}, second{n / 2, n};
+  // The rows' activations, sliced once per pass (not per layer).
+  const Rows all_rows = RowsOf(all);
+  const Rows first_rows = halves ? RowsOf(first) : Rows{},
+             second_rows = halves ? RowsOf(second) : Rows{};
 
   b.Embed(w_.tok_embd, ids_t, x);
   for (int l = 0; l < c.n_layers; ++l) {
     if (halves && attention.AttendsInParts(l)) {
-      LayerIn(l, first, pos_t, pool);
+      LayerIn(l, first, first_rows, pos_t, pool);
       ICECACHE_RETURN_IF_ERROR(attention.AttendPart(l, q, attn, first.begin, first.end));
       b.BeginSideWork();
-      LayerIn(l, second, pos_t, pool);
+      LayerIn(l, second, second_rows, pos_t, pool);
       const Status st = attention.AttendPart(l, q, attn, second.begin, second.end);
       if (st.ok()) {
-        LayerOut(l, second);
-        LayerMlp(l, second);
+        LayerOut(l, second_rows);
+        LayerMlp(l, second_rows);
       }
       b.EndSideWork();
       ICECACHE_RETURN_IF_ERROR(st);
-      LayerOut(l, first);
-      LayerMlp(l, first);
+      LayerOut(l, first_rows);
+      LayerMlp(l, first_rows);
       continue;
     }
     if (halves) b.JoinSideWork();  // the second half's side work of the layer before
-    LayerIn(l, all, pos_t, pool);
+    LayerIn(l, all, all_rows, pos_t, pool);
     b.JoinSideWork();  // the prefetch for this layer, queued during the last one
     ICECACHE_RETURN_IF_ERROR(attention.Attend(l, q, attn));
-    LayerOut(l, all);
+    LayerOut(l, all_rows);
     if (!halves && l + 1 < c.n_layers && n <= qe_.dim(0) && attention.WantsPrefetch(l + 1)) {
       ICECACHE_RETURN_IF_ERROR(QueuePrefetch(l + 1, n, pos_t, attention));
     }
-    LayerMlp(l, all);
+    LayerMlp(l, all_rows);
   }
   b.JoinSideWork();
   b.Add(xn, x);

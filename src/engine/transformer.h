@@ -102,12 +102,12 @@ class Transformer {
     Tensor x, xn, q, k, v, attn, gate, up;
   };
   Rows RowsOf(TokenRange r) const;
-  // One layer for the tokens of `r`: up to its attention (norm, projections, RoPE, K/V written
-  // into `pool`); from the attention's output to the MLP's input (output projection, residual,
-  // norm); the MLP.
-  void LayerIn(int l, TokenRange r, const Tensor& pos_t, const KvPoolView& pool);
-  void LayerOut(int l, TokenRange r);
-  void LayerMlp(int l, TokenRange r);
+  // One layer for the tokens of `r` (their activations `t`, RowsOf(r)): up to its attention
+  // (norm, projections, RoPE, K/V written into `pool`); from the attention's output to the MLP's
+  // input (output projection, residual, norm); the MLP.
+  void LayerIn(int l, TokenRange r, const Rows& t, const Tensor& pos_t, const KvPoolView& pool);
+  void LayerOut(int l, const Rows& t);
+  void LayerMlp(int l, const Rows& t);
   // Queues the early query estimate of `layer` for the step's `n` tokens and the strategy's
   // prefetch from it as side work (LayerAttention::Prefetch).
   Status QueuePrefetch(int layer, int64_t n, const Tensor& pos_t, LayerAttention& attention);
