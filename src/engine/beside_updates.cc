@@ -11,12 +11,28 @@
 // UpdatesBesideDeviceReads); once the step's device work is done the held pages return to the
 // pool. The step after that prepares from the updated lists.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "core/process.h"
 #include "engine/engine_impl.h"
 
 namespace icecache {
+namespace {
+
+// ICECACHE_TRACE_STEPS=1: one line per batched decode step on stderr with the host time of each
+// phase (Transformer::PhaseTimes, the wait for the sampled ids, the join of index updates run
+// beside), to place a slow step without a profiler.
+bool TraceSteps() {
+  static const bool on = [] {
+    const char* e = std::getenv("ICECACHE_TRACE_STEPS");
+    return e != nullptr && e[0] == '1';
+  }();
+  return on;
+}
+
+}  // namespace
 
 void EngineImpl::ChargeUpdates(std::span<const IndexUpdate> updates,
                                const std::vector<double>& took, bool beside) {
@@ -127,6 +143,7 @@ Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
   if (!pending_.empty()) in.beside = &work;
   const double t0 = NowSeconds();
   ICECACHE_ASSIGN_OR_RETURN(Tensor out, transformer_->Forward(in));
+  const double t_forward = NowSeconds();
   if (sampled != nullptr) {
     // Greedy on the device: only the ids cross to the host (SampleTokens waits for them).
     sampled->assign(states.size(), 0);
@@ -134,8 +151,18 @@ Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
     ICECACHE_RETURN_IF_ERROR(backend_->SampleTokens(out, greedy, *sampled));
     out = Tensor();
   }
+  const double t_sampled = NowSeconds();
   const Status updated = work.Finish();
   const double dt = NowSeconds() - t0;
+  if (TraceSteps()) {
+    const Transformer::PhaseTimes& p = transformer_->last_phases();
+    std::fprintf(stderr,
+                 "step trace: batch %zu length %lld | grow %.3f stage %.3f prepare %.3f layers "
+                 "%.3f logits %.3f sample %.3f updates %.3f | step %.3f ms\n",
+                 states.size(), static_cast<long long>(states[0]->seq.length()), 1e3 * p.grow,
+                 1e3 * p.stage, 1e3 * p.prepare, 1e3 * p.layers, 1e3 * p.logits,
+                 1e3 * (t_sampled - t_forward), 1e3 * (NowSeconds() - t_sampled), 1e3 * dt);
+  }
   for (size_t i = 0; i < states.size(); ++i) {
     SequenceState& st = *states[i];
     ChargeStep(st, tokens[i], dt, st.seq.length(), sparse);

@@ -13,7 +13,8 @@ namespace {
 
 // Empty entries after a row's pages: a few decode steps' worth at short context, more at long
 // context (where a rebuild costs more), at most ~3% more entries for the kernels to skip.
-int64_t Slack(int64_t pages) { return std::clamp<int64_t>(pages / 32, 4, 64); }
+constexpr int64_t kMaxSlack = 64;
+int64_t Slack(int64_t pages) { return std::clamp<int64_t>(pages / 32, 4, kMaxSlack); }
 
 // Copies beyond this many per array and step: one flat copy of the whole span instead.
 constexpr size_t kMaxCopies = 16;
@@ -33,7 +34,10 @@ Result<std::unique_ptr<DenseAttention>> DenseAttention::Create(Backend* backend,
       layout == Layout::kSlack || (layout == Layout::kAuto && backend->device() != Device::kCpu);
   d->config_ = config;
   d->max_rows_ = max_rows;
-  d->area_ = max_entries * config.n_layers;
+  // Room for every row's slack beside `max_entries`: a table without it falls back to packed
+  // rows once the sequences hold nearly all of their pool, and every new page rebuilds it (on an
+  // H100, 32K tokens x 12 sequences, 9-12 ms of host work at every 16th decode step).
+  d->area_ = (max_entries + (d->slack_ ? max_rows * kMaxSlack : 0)) * config.n_layers;
   if (d->area_ > std::numeric_limits<int32_t>::max()) {
     return InvalidArgument("dense attention: " + std::to_string(d->area_) +
                            " page-table entries exceed the 32-bit offsets");

@@ -29,7 +29,8 @@ class DenseAttention : public LayerAttention {
   // and uploads to it as on a GPU (for tests).
   enum class Layout { kAuto, kPacked, kSlack };
   // `max_rows`: page-table rows per layer (sequences x KV heads); `max_entries`: pages listed
-  // per layer at most (the entries area holds n_layers * max_entries).
+  // per layer at most (the entries area holds n_layers * max_entries, plus room for each row's
+  // slack in the slack layout).
   static Result<std::unique_ptr<DenseAttention>> Create(Backend* backend, const ModelConfig& config,
                                                         int64_t max_rows, int64_t max_entries,
                                                         Layout layout = Layout::kAuto);

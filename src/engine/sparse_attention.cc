@@ -15,7 +15,7 @@ SparseAttention::SparseAttention(Backend* backend, const ModelConfig& config)
   const char* e = std::getenv("ICECACHE_DEVICE_BATCH");
   batch_ops_ = e == nullptr || e[0] != '0';
   const char* q = std::getenv("ICECACHE_QUEUED_UPLOADS");
-  queued_uploads_ = q == nullptr || q[0] != '0';
+  queued_uploads_ = q != nullptr && q[0] == '1';
 }
 
 Status SparseAttention::Prepare(const StepContext& step) {

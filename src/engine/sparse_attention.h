@@ -98,10 +98,9 @@ class SparseAttention : public LayerAttention {
   std::vector<AttentionArgs> attend_batch_;
   // Batched ops for several device-selecting sequences (ICECACHE_DEVICE_BATCH=0: one lane each).
   bool batch_ops_ = true;
-  // DeviceSelection::Prepare's uploads queued instead of blocking (ICECACHE_QUEUED_UPLOADS=0:
-  // blocking). The host's own share of a Prepare is small (docs/PERF.md): blocking copies made
-  // the device wait for the host after each of them.
-  bool queued_uploads_ = true;
+  // DeviceSelection::Prepare's uploads queued instead of blocking (ICECACHE_QUEUED_UPLOADS=1).
+  // Off: on the H200 at batch 20 queued uploads were no faster than blocking ones (docs/PERF.md).
+  bool queued_uploads_ = false;
   std::vector<int32_t> table_;  // host staging: indptr | indices | lens
   Tensor table_dev_, q_host_, row_base_;
   std::vector<float> q_f32_;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/process.h"
 #include "model/arch/arch.h"
 
 namespace icecache {
@@ -181,6 +182,13 @@ Status Transformer::CheckInput(const ForwardInput& in) const {
 
 Result<Tensor> Transformer::Forward(const ForwardInput& in) {
   ICECACHE_RETURN_IF_ERROR(CheckInput(in));
+  phases_ = PhaseTimes();
+  double mark = NowSeconds();
+  auto lap = [&mark](double* phase) {
+    const double now = NowSeconds();
+    *phase = now - mark;
+    mark = now;
+  };
   // Grow every sequence's KV; undo on failure so the call changes nothing.
   std::vector<int64_t> start(in.seqs.size());
   for (size_t s = 0; s < in.seqs.size(); ++s) {
@@ -191,6 +199,7 @@ Result<Tensor> Transformer::Forward(const ForwardInput& in) {
       return st;
     }
   }
+  lap(&phases_.grow);
   bool beside_started = false;
   auto undo = [&](Status st) -> Result<Tensor> {
     if (beside_started) in.beside->Join();
@@ -202,6 +211,7 @@ Result<Tensor> Transformer::Forward(const ForwardInput& in) {
   // for the last step's copies before refilling them, and mark this step's once queued.
   backend_->WaitFence(kInputsFence);
   auto n_rows = StageInputs(in, start);
+  lap(&phases_.stage);
   LayerAttention& attention = in.attention != nullptr ? *in.attention : *dense_;
   StepContext step{in.seqs, in.counts, start, n, Tensor(), Tensor()};
   // Views into the fixed [4][max_tokens] layout (see StageInputs).
@@ -211,6 +221,7 @@ Result<Tensor> Transformer::Forward(const ForwardInput& in) {
       Tensor(inputs_.data_as<int32_t>() + 2 * max_tokens_, DType::kI32, {n}, backend_->device());
   const Status prepared = n_rows.ok() ? attention.Prepare(step) : n_rows.status();
   backend_->RecordFence(kInputsFence);
+  lap(&phases_.prepare);
   if (!prepared.ok()) return undo(prepared);
   if (in.beside != nullptr) {
     in.beside->Start();
@@ -226,12 +237,14 @@ Result<Tensor> Transformer::Forward(const ForwardInput& in) {
   if (Status st = decode ? backend_->RunGraph(graph_key, layers) : layers(); !st.ok()) {
     return undo(st);
   }
+  lap(&phases_.layers);
   if (*n_rows == 0) return Tensor();
   const Tensor logits = logits_.Slice(0, *n_rows);
   if (backend_->device() != Device::kCpu && !in.logits_in_backend) {
     const Tensor host = logits_host_.Slice(0, *n_rows);
     if (Status st = backend_->Copy(logits, host); !st.ok()) return undo(st);
     backend_->Synchronize();
+    lap(&phases_.logits);
     return host;
   }
   return logits;

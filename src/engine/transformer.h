@@ -81,6 +81,15 @@ class Transformer {
   // writes the next step's ids here for ForwardInput::ids_on_device.
   Tensor StepIds(int64_t n) const;
 
+  // Host wall time of the last Forward's phases, in seconds: appending the KV pages (grow),
+  // filling and queueing the inputs (stage), the attention's Prepare, queueing (or, on the CPU,
+  // running) the layers, and reading the logits back (a wait for the device where the logits go
+  // to the host). For ICECACHE_TRACE_STEPS.
+  struct PhaseTimes {
+    double grow = 0, stage = 0, prepare = 0, layers = 0, logits = 0;
+  };
+  const PhaseTimes& last_phases() const { return phases_; }
+
   int max_tokens() const { return max_tokens_; }
   const ModelConfig& config() const { return config_; }
   Backend& backend() { return *backend_; }
@@ -132,6 +141,7 @@ class Transformer {
   Tensor inputs_host_, inputs_;
   Tensor logits_host_;
   std::unique_ptr<DenseAttention> dense_;
+  PhaseTimes phases_;
 };
 
 }  // namespace icecache

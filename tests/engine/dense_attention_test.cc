@@ -94,6 +94,28 @@ TEST_P(DenseTableTest, DecodeGrowthUpdatesInPlace) {
   }
 }
 
+// Sequences that hold nearly all of their pool (the engine sizes a table's entries by the pool):
+// the slack layout still keeps its slack, so new pages update the table in place.
+TEST_P(DenseTableTest, ANearlyFullPoolKeepsTheSlack) {
+  // 2 layers x 2 heads x 40 pages; entries per layer as the transformer sizes them.
+  auto pool = PagePool::Create(*backend_, layout_, 160).value();
+  auto dense = DenseAttention::Create(backend_.get(), config_, /*max_rows=*/2,
+                                      /*max_entries=*/160 / 2 + 2, GetParam())
+                   .value();
+  KvSequence a(pool.get());
+  ASSERT_TRUE(a.Grow(150).ok());  // 38 of 40 pages per list
+  const int32_t counts[] = {1};
+  const int64_t start[] = {0};
+  std::vector<KvSequence*> seqs = {&a};
+  const StepContext step{seqs, counts, start, 1, Tensor(), Tensor()};
+  ASSERT_TRUE(dense->Prepare(step).ok());
+  for (int t = 150; t < 160; ++t) {  // two new pages per list
+    ASSERT_TRUE(a.Grow(1).ok());
+    ASSERT_TRUE(dense->Prepare(step).ok());
+  }
+  EXPECT_EQ(dense->rebuilds(), GetParam() == Layout::kPacked ? 3 : 1);
+}
+
 TEST_P(DenseTableTest, EveryOtherChangeIsSeen) {
   auto a = std::make_unique<KvSequence>(pool_.get());
   KvSequence b(pool_.get());

@@ -375,12 +375,12 @@ TEST_F(DeviceSelectionTest, BatchedOpsGenerateWhatOneSequenceAtATimeGenerates) {
   ExpectSameRuns(batched, GenerateThree(*dir_, {{"ICECACHE_DEVICE_BATCH", "0"}}));
 }
 
-// By default each step's list changes, limits and pages to summarize reach the backend by queued
-// copies from staging memory; the selections are those of blocking copies
-// (ICECACHE_QUEUED_UPLOADS=0).
+// With ICECACHE_QUEUED_UPLOADS=1 each step's list changes, limits and pages to summarize reach
+// the backend by queued copies from staging memory; the selections are those of the default
+// blocking copies.
 TEST_F(DeviceSelectionTest, QueuedUploadsSelectWhatBlockingUploadsSelect) {
-  ExpectSameRuns(GenerateThree(*dir_, {{"ICECACHE_QUEUED_UPLOADS", "0"}}),
-                 GenerateThree(*dir_, {}));
+  ExpectSameRuns(GenerateThree(*dir_, {}),
+                 GenerateThree(*dir_, {{"ICECACHE_QUEUED_UPLOADS", "1"}}));
 }
 
 // ICECACHE_BATCH_HALVES=1: every layer runs for the first half of the batch (one sequence here),

@@ -1,7 +1,8 @@
 // The icecache bulk partition (balanced_split.h): balanced 2-means keeps the first side's size
 // in range, keeps each side in input order and separates well-separated clusters; Partition
 // puts every point in exactly one group of max(1, cap / 2) to cap points, ceil(n / cap) groups,
-// the same groups on every run, on sets below and above the sampling size.
+// the same groups on every run, on sets below and above the sampling size. The four-row squared
+// distance that routes keys down the tree gives SqDist's results bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "index/icecache/balanced_split.h"
+#include "index/lychee/vec_math.h"
 #include "lychee_harness.h"
 
 namespace icecache::ice {
@@ -103,6 +105,23 @@ TEST(BalancedSplitTest, PartitionCoversEveryPointOnceInBalancedGroups) {
       }
       for (int i = 0; i < n; ++i) ASSERT_EQ(seen[i], 1) << "point " << i;
       EXPECT_EQ(Partition(p.View(), n, cap), groups) << "not deterministic";
+    }
+  }
+}
+
+TEST(BalancedSplitTest, FourRowDistancesEqualOneRowDistancesBitForBit) {
+  TestRng rng(11);
+  for (int dim : {3, 8, 64, 100, 128}) {
+    std::vector<float> a(dim), rows(4 * static_cast<size_t>(dim));
+    for (int round = 0; round < 200; ++round) {
+      for (float& x : a) x = rng.Normal();
+      for (float& x : rows) x = rng.Normal() * (1 + round % 7);
+      const float* b[4] = {&rows[0], &rows[dim], &rows[2 * dim], &rows[3 * dim]};
+      float got[4];
+      lychee::SqDist4(a.data(), b, dim, got);
+      for (int r = 0; r < 4; ++r) {
+        ASSERT_EQ(got[r], lychee::SqDist(a.data(), b[r], dim)) << "dim " << dim << " row " << r;
+      }
     }
   }
 }
