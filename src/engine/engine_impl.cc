@@ -617,6 +617,7 @@ Result<std::unique_ptr<SequenceState>> EngineImpl::NewState(const KvConfig* kv) 
   ICECACHE_ASSIGN_OR_RETURN(const bool on_device, SelectsOnDevice(config));
   config.rank = ResolvedRank(config, on_device);
   auto state = std::make_unique<SequenceState>(pool_.get(), config);
+  state->seq.ReserveTokens(info_.context_size);
   ICECACHE_ASSIGN_OR_RETURN(state->index, MakeSequenceIndex(IndexFor(config)));
   if (state->index && !pool_->host_accessible()) {
     return Unsupported("KV policy '" + config.policy +

@@ -53,6 +53,7 @@ Status KvSequence::Grow(int64_t n) {
   size_t next = 0;
   for (size_t i = 0; i < lists_.size(); ++i) {
     List& l = lists_[i];
+    RoomFor(l, l.pages.size() + need[i]);
     for (size_t k = 0; k < need[i]; ++k) l.pages.push_back({fresh[next++], 0});
     // Tail pages that gain tokens: from the one holding length_ to the end.
     const size_t first = l.tail_index + static_cast<size_t>((length_ - l.tail_pos) / p);
@@ -66,6 +67,15 @@ Status KvSequence::Grow(int64_t n) {
   }
   SetLength(new_len);
   return Status::Ok();
+}
+
+void KvSequence::ReserveTokens(int64_t tokens) {
+  reserve_pages_ = static_cast<size_t>(std::max<int64_t>(0, layout().PagesForTokens(tokens)));
+}
+
+void KvSequence::RoomFor(List& l, size_t want) const {
+  if (l.pages.capacity() >= want) return;
+  l.pages.reserve(std::max({want, reserve_pages_, 2 * l.pages.capacity()}));
 }
 
 bool KvSequence::CanTruncate(int64_t n) const {
@@ -233,6 +243,7 @@ Status KvSequence::CopyFrom(const KvSequence& other, Backend& backend) {
     lists_[i].tail_index = other.lists_[i].tail_index;
     lists_[i].tail_pos = other.lists_[i].tail_pos;
     Restamp(lists_[i]);
+    RoomFor(lists_[i], other.lists_[i].pages.size());
     for (const PageRef& p : other.lists_[i].pages) lists_[i].pages.push_back({dst[next++], p.len});
   }
   SetLength(other.length_);

@@ -47,6 +47,11 @@ class KvSequence {
   // (layer, head) and advances length(). Tail pages that receive tokens are touched (their
   // version changes). On failure (pool exhausted) nothing changes.
   Status Grow(int64_t n);
+  // Sizes every list's page array for `tokens` tokens at its next growth, so that a sequence
+  // does not copy its lists as it grows up to there. A batch's lists grow in lockstep, and
+  // doubling arrays all at one step stalled a decode step (docs/PERF.md: 1.1 ms per sequence of
+  // the 8B shape at 2048 pages). Lists longer than that (half-filled index leaves) grow as usual.
+  void ReserveTokens(int64_t tokens);
   // Whether Truncate(n) is possible: every list's tail still starts at or before n.
   bool CanTruncate(int64_t n) const;
   // Drops tokens at positions >= n, freeing emptied pages. REQUIRES: CanTruncate(n) (always
@@ -130,9 +135,13 @@ class KvSequence {
   // pages (PagePool::spare).
   void SetLength(int64_t n);
 
+  // Room for `want` entries in `l`'s page array: at least the reserve, else doubling.
+  void RoomFor(List& l, size_t want) const;
+
   PagePool* pool_;
   int64_t length_ = 0;
-  std::vector<List> lists_;  // [layer * n_kv_heads + head]
+  size_t reserve_pages_ = 0;  // ReserveTokens
+  std::vector<List> lists_;   // [layer * n_kv_heads + head]
 };
 
 }  // namespace icecache

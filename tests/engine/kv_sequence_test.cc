@@ -41,6 +41,39 @@ TEST_F(KvSequenceTest, GrowAllocatesPagesPerLayerAndHead) {
   EXPECT_EQ(pool_->used(), 12);
 }
 
+// ReserveTokens sizes the page arrays once: growing one token at a time up to the reserve (also
+// after a truncation to nothing, and in a copy) never moves a list's entries.
+TEST_F(KvSequenceTest, ReservedListsDoNotMoveAsTheyGrow) {
+  for (bool reserve : {true, false}) {
+    SCOPED_TRACE(reserve ? "reserved" : "not reserved");
+    KvSequence s(pool_.get());
+    if (reserve) s.ReserveTokens(16);
+    int moves = 0;
+    for (int round = 0; round < 2; ++round) {
+      ASSERT_TRUE(s.Grow(1).ok());
+      const PageRef* at = s.pages(1, 2).data();
+      for (int t = 1; t < 16; ++t) {
+        ASSERT_TRUE(s.Grow(1).ok());
+        moves += s.pages(1, 2).data() != at;
+        at = s.pages(1, 2).data();
+      }
+      EXPECT_EQ(s.pages(1, 2).size(), 4u);
+      if (round == 0) s.Truncate(0);
+    }
+    KvSequence copy(pool_.get());
+    if (reserve) copy.ReserveTokens(20);
+    ASSERT_TRUE(copy.CopyFrom(s, *backend_).ok());
+    const PageRef* at = copy.pages(0, 0).data();
+    ASSERT_TRUE(copy.Grow(4).ok());
+    moves += copy.pages(0, 0).data() != at;
+    if (reserve) {
+      EXPECT_EQ(moves, 0);
+    } else {
+      EXPECT_GT(moves, 0);  // doubling arrays: the test can see a move
+    }
+  }
+}
+
 TEST_F(KvSequenceTest, SlotsAreDistinctAndFollowPositions) {
   KvSequence s(pool_.get());
   ASSERT_TRUE(s.Grow(9).ok());
