@@ -32,6 +32,15 @@ bool TraceSteps() {
   return on;
 }
 
+void PrintStepTrace(size_t batch, int64_t length, const Transformer::PhaseTimes& p, double sample_s,
+                    double updates_s, double step_s) {
+  std::fprintf(stderr,
+               "step trace: batch %zu length %lld | grow %.3f stage %.3f prepare %.3f layers %.3f "
+               "logits %.3f sample %.3f updates %.3f | step %.3f ms\n",
+               batch, static_cast<long long>(length), 1e3 * p.grow, 1e3 * p.stage, 1e3 * p.prepare,
+               1e3 * p.layers, 1e3 * p.logits, 1e3 * sample_s, 1e3 * updates_s, 1e3 * step_s);
+}
+
 }  // namespace
 
 void EngineImpl::ChargeUpdates(std::span<const IndexUpdate> updates,
@@ -155,13 +164,8 @@ Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
   const Status updated = work.Finish();
   const double dt = NowSeconds() - t0;
   if (TraceSteps()) {
-    const Transformer::PhaseTimes& p = transformer_->last_phases();
-    std::fprintf(stderr,
-                 "step trace: batch %zu length %lld | grow %.3f stage %.3f prepare %.3f layers "
-                 "%.3f logits %.3f sample %.3f updates %.3f | step %.3f ms\n",
-                 states.size(), static_cast<long long>(states[0]->seq.length()), 1e3 * p.grow,
-                 1e3 * p.stage, 1e3 * p.prepare, 1e3 * p.layers, 1e3 * p.logits,
-                 1e3 * (t_sampled - t_forward), 1e3 * (NowSeconds() - t_sampled), 1e3 * dt);
+    PrintStepTrace(states.size(), states[0]->seq.length(), transformer_->last_phases(),
+                   t_sampled - t_forward, t0 + dt - t_sampled, dt);
   }
   for (size_t i = 0; i < states.size(); ++i) {
     SequenceState& st = *states[i];

@@ -241,13 +241,13 @@ int32_t LeafTree::NearestLeaf(const float* key, float ext) const {
     size_t i = 0;
     for (; i + 4 <= cand.size(); i += 4) {
       const float* c[4];
-      float d[4];
-      for (int r = 0; r < 4; ++r) c[r] = centroid(cand[i + r].second);
-      lychee::SqDist4(key, c, dim_, d);
+      float e[4], d[4];
       for (int r = 0; r < 4; ++r) {
-        const float de = ext - nodes_[cand[i + r].second].ext;
-        cand[i + r].first = d[r] + de * de;
+        c[r] = centroid(cand[i + r].second);
+        e[r] = nodes_[cand[i + r].second].ext;
       }
+      LiftedSqDist4(key, ext, c, e, dim_, d);
+      for (int r = 0; r < 4; ++r) cand[i + r].first = d[r];
     }
     for (; i < cand.size(); ++i) {
       const int32_t ch = cand[i].second;

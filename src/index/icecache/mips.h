@@ -32,6 +32,16 @@ inline float LiftedSqDist(const float* a, float ea, const float* b, float eb, in
   return SqDist(a, b, dim) + de * de;
 }
 
+// LiftedSqDist(a, ea, b[r], eb[r], dim) for four rows at once, bit for bit (lychee::SqDist4).
+inline void LiftedSqDist4(const float* a, float ea, const float* const b[4], const float eb[4],
+                          int dim, float out[4]) {
+  lychee::SqDist4(a, b, dim, out);
+  for (int r = 0; r < 4; ++r) {
+    const float de = ea - eb[r];
+    out[r] = out[r] + de * de;
+  }
+}
+
 // Radii are computed in f32 and the search compares f32 dot products: a slack relative to the
 // magnitudes involved covers the rounding of q.c, q.k and |q| r (about 1e-6 of |q| (|c| + r) at
 // head_dim 128, with DotF's eight partial sums), so that a stored radius bounds its members and
