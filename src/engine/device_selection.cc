@@ -38,10 +38,8 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
   d->capacity_ = ws.capacity();
   const int64_t rows = static_cast<int64_t>(n_layers) * d->heads_;
   const int64_t out = lim.max_pages;
-  ICECACHE_ASSIGN_OR_RETURN(d->limits_dev_, backend.Allocate(DType::kI32, {rows, 5}));
-  ICECACHE_ASSIGN_OR_RETURN(d->limits_stage_, backend.AllocateStaging(DType::kI32, {rows, 5}));
-  ICECACHE_ASSIGN_OR_RETURN(d->pending_dev_, backend.Allocate(DType::kI32, {rows}));
-  ICECACHE_ASSIGN_OR_RETURN(d->pending_stage_, backend.AllocateStaging(DType::kI32, {rows}));
+  d->limits_host_.assign(static_cast<size_t>(rows) * 5, 0);
+  d->pending_host_.assign(static_cast<size_t>(rows), -1);
   ICECACHE_ASSIGN_OR_RETURN(d->out_ids_, backend.Allocate(DType::kI32, {d->heads_, out}));
   ICECACHE_ASSIGN_OR_RETURN(d->out_lens_, backend.Allocate(DType::kI32, {d->heads_, out}));
   ICECACHE_ASSIGN_OR_RETURN(d->out_count_, backend.Allocate(DType::kI32, {d->heads_}));
@@ -119,51 +117,58 @@ Status DeviceSelection::Grow(int64_t entries) {
   return Status::Ok();
 }
 
-Status DeviceSelection::StageRoom(int64_t n) {
-  stage_used_ = 0;
-  if (!upload_stage_.empty() && upload_stage_.numel() >= n) return Status::Ok();
-  // Copies queued from the old buffer must have run before it goes.
-  if (queued_since_sync_) backend_->Synchronize();
-  queued_since_sync_ = false;
-  const int64_t size = std::max<int64_t>(16384, n + n / 4);
-  ICECACHE_ASSIGN_OR_RETURN(upload_stage_, backend_->AllocateStaging(DType::kI32, {size}));
-  return Status::Ok();
-}
-
-Status DeviceSelection::UploadI32(const int32_t* src, const Tensor& dst, int64_t n, Upload upload,
-                                  bool staged) {
-  if (n == 0) return Status::Ok();
-  if (upload == Upload::kBlocking) {
-    return backend_->Copy(Tensor(const_cast<int32_t*>(src), DType::kI32, {n}),
-                          dst.Reshape({dst.numel()}).Slice(0, n));
-  }
-  const int32_t* at = src;
-  if (!staged) {
-    int32_t* to = upload_stage_.data_as<int32_t>() + stage_used_;  // StageRoom made room
-    std::copy(src, src + n, to);
-    stage_used_ += n;
-    at = to;
-  }
-  queued_since_sync_ = true;
-  const int64_t bytes = n * 4;
-  return backend_->CopyBlocksQueued(at, dst.data(), 1, bytes, bytes, bytes);
-}
-
-Status DeviceSelection::UploadChanged(Upload upload) {
+Status DeviceSelection::Send(Upload upload) {
+  const int64_t rows = static_cast<int64_t>(layers_) * heads_;
   const int64_t n = static_cast<int64_t>(changed_idx_.size());
-  if (n == 0) return Status::Ok();
-  if (changed_dev_.empty() || changed_dev_.numel() < 4 * n) {
-    ICECACHE_ASSIGN_OR_RETURN(changed_dev_,
-                              backend_->Allocate(DType::kI32, {4 * std::max<int64_t>(n, 4096)}));
+  const int64_t m = static_cast<int64_t>(bound_stage_ids_.size());
+  const int64_t total = 6 * rows + 4 * n + 3 * m;
+  // Staging and device buffers are replaced only once copies queued from or into them have run.
+  const bool grow_stage = upload_stage_.empty() || upload_stage_.numel() < total;
+  const bool grow_dev = upload_dev_.empty() || upload_dev_.numel() < total;
+  if ((grow_stage || grow_dev) && queued_since_sync_) {
+    backend_->Synchronize();
+    queued_since_sync_ = false;
   }
-  changed_idx_.insert(changed_idx_.end(), changed_ids_.begin(), changed_ids_.end());
-  changed_idx_.insert(changed_idx_.end(), changed_lens_.begin(), changed_lens_.end());
-  changed_idx_.insert(changed_idx_.end(), changed_rows_.begin(), changed_rows_.end());
-  ICECACHE_RETURN_IF_ERROR(UploadI32(changed_idx_.data(), changed_dev_, 4 * n, upload));
-  const Tensor index = changed_dev_.Slice(0, n);
-  backend_->ScatterI32(index, changed_dev_.Slice(n, 2 * n), list_ids_);
-  backend_->ScatterI32(index, changed_dev_.Slice(2 * n, 3 * n), list_lens_);
-  backend_->ScatterI32(index, changed_dev_.Slice(3 * n, 4 * n), list_rows_);
+  const int64_t size = std::max<int64_t>(16384, total + total / 4);
+  if (grow_stage) {
+    ICECACHE_ASSIGN_OR_RETURN(upload_stage_, backend_->AllocateStaging(DType::kI32, {size}));
+  }
+  if (grow_dev) {
+    ICECACHE_ASSIGN_OR_RETURN(upload_dev_, backend_->Allocate(DType::kI32, {size}));
+  }
+  // [limits 5R | pending R | changed: flat index, page id, token count, summary row (n each) |
+  //  pages to summarize: id, token count, summary row (m each)]
+  int32_t* at = upload_stage_.data_as<int32_t>();
+  for (const std::vector<int32_t>* v :
+       {&limits_host_, &pending_host_, &changed_idx_, &changed_ids_, &changed_lens_, &changed_rows_,
+        &bound_stage_ids_, &bound_stage_lens_, &bound_stage_rows_}) {
+    at = std::copy(v->begin(), v->end(), at);
+  }
+  const Tensor dev = upload_dev_.Slice(0, total);
+  if (upload == Upload::kBlocking) {
+    ICECACHE_RETURN_IF_ERROR(backend_->Copy(upload_stage_.Slice(0, total), dev));
+  } else {
+    ICECACHE_RETURN_IF_ERROR(backend_->CopyBlocksQueued(upload_stage_.data(), dev.data(), 1,
+                                                        total * 4, total * 4, total * 4));
+    queued_since_sync_ = true;
+  }
+  int64_t off = 0;
+  auto next = [&](int64_t len) {
+    const Tensor t = dev.Slice(off, off + len);
+    off += len;
+    return t;
+  };
+  limits_dev_ = next(5 * rows).Reshape({rows, 5});
+  pending_dev_ = next(rows);
+  const Tensor index = next(n), ids = next(n), lens = next(n), summary_rows = next(n);
+  if (n > 0) {
+    backend_->ScatterI32(index, ids, list_ids_);
+    backend_->ScatterI32(index, lens, list_lens_);
+    backend_->ScatterI32(index, summary_rows, list_rows_);
+  }
+  bound_ids_ = next(m);
+  bound_lens_ = next(m);
+  bound_rows_ = next(m);
   return Status::Ok();
 }
 
@@ -250,8 +255,8 @@ Status DeviceSelection::Sync(const KvSequence& seq, int pending, Upload upload) 
   to_bound_ids.clear();
   to_bound_lens.clear();
   to_bound_rows.clear();
-  int32_t* lim = limits_stage_.data_as<int32_t>();
-  int32_t* pend = pending_stage_.data_as<int32_t>();
+  int32_t* lim = limits_host_.data();
+  int32_t* pend = pending_host_.data();
   const int64_t length = seq.length();
   std::fill(planned_nodes_.begin(), planned_nodes_.end(), 0);
   for (int l = 0; l < layers_; ++l) {
@@ -323,28 +328,14 @@ Status DeviceSelection::Sync(const KvSequence& seq, int pending, Upload upload) 
     }
   }
   ICECACHE_RETURN_IF_ERROR(GrowSummaries());
-  const int64_t n = static_cast<int64_t>(to_bound_ids.size());
-  if (upload == Upload::kQueued) {
-    ICECACHE_RETURN_IF_ERROR(StageRoom(4 * static_cast<int64_t>(changed_idx_.size()) + 3 * n));
-  }
-  ICECACHE_RETURN_IF_ERROR(UploadChanged(upload));
-  ICECACHE_RETURN_IF_ERROR(UploadI32(lim, limits_dev_, limits_dev_.numel(), upload, true));
-  ICECACHE_RETURN_IF_ERROR(UploadI32(pend, pending_dev_, pending_dev_.numel(), upload, true));
-  if (n > 0) {
-    if (bound_ids_.empty() || bound_ids_.numel() < n) {
-      const int64_t size = std::max<int64_t>(n, 4096);
-      ICECACHE_ASSIGN_OR_RETURN(bound_ids_, backend_->Allocate(DType::kI32, {size}));
-      ICECACHE_ASSIGN_OR_RETURN(bound_lens_, backend_->Allocate(DType::kI32, {size}));
-      ICECACHE_ASSIGN_OR_RETURN(bound_rows_, backend_->Allocate(DType::kI32, {size}));
-    }
-    ICECACHE_RETURN_IF_ERROR(UploadI32(to_bound_ids.data(), bound_ids_, n, upload));
-    ICECACHE_RETURN_IF_ERROR(UploadI32(to_bound_lens.data(), bound_lens_, n, upload));
-    ICECACHE_RETURN_IF_ERROR(UploadI32(to_bound_rows.data(), bound_rows_, n, upload));
+  // One copy per step for everything above, then the scatters and the summaries on the device.
+  ICECACHE_RETURN_IF_ERROR(Send(upload));
+  if (!to_bound_ids.empty()) {
     PageBoundsArgs b;
     b.pool = seq.pool().view();
-    b.ids = bound_ids_.Slice(0, n);
-    b.lens = bound_lens_.Slice(0, n);
-    b.rows = bound_rows_.Slice(0, n);
+    b.ids = bound_ids_;
+    b.lens = bound_lens_;
+    b.rows = bound_rows_;
     b.bounds = bounds_;
     b.spread = spread_;
     b.resident = resident_;
@@ -436,10 +427,9 @@ Result<WorkingSetCounters> DeviceSelection::Counters(const KvLayout& layout) {
 
 int64_t DeviceSelection::device_bytes() const {
   int64_t b = 0;
-  for (const Tensor* t : {&list_ids_,  &list_lens_,  &list_rows_,  &limits_dev_,  &scores_,
-                          &out_ids_,   &out_lens_,   &out_count_,  &resident_,    &slot_page_,
-                          &slot_len_,  &slot_used_,  &table_,      &fetch_,       &counters_,
-                          &bound_ids_, &bound_lens_, &bound_rows_, &pending_dev_, &changed_dev_}) {
+  for (const Tensor* t : {&list_ids_, &list_lens_, &list_rows_, &scores_, &out_ids_, &out_lens_,
+                          &out_count_, &resident_, &slot_page_, &slot_len_, &slot_used_, &table_,
+                          &fetch_, &counters_, &upload_dev_}) {
     b += t->empty() ? 0 : t->numel() * 4;
   }
   return b;

@@ -95,16 +95,13 @@ class DeviceSelection {
   DeviceSelection() = default;
   // Prepare's work; a failure makes the next call start over.
   Status Sync(const KvSequence& seq, int pending, Upload upload);
-  // Host to backend memory: `n` i32 from `src` to `dst`. Queued, `src` is first copied into
-  // upload_stage_, unless it is `staged` (staging memory of this object that stays unchanged
-  // until the next Prepare).
-  Status UploadI32(const int32_t* src, const Tensor& dst, int64_t n, Upload upload,
-                   bool staged = false);
-  // Room for `n` i32 in upload_stage_ (waits for the device before replacing it).
-  Status StageRoom(int64_t n);
+  // Host to backend memory, in one copy: the lists' limits and pending pages, the entries Sync
+  // found changed (changed_*) and the pages to summarize (bound_stage_*). Then scatters the
+  // changed entries into the device's lists and points limits_dev_, pending_dev_ and bound_*_
+  // at their parts of upload_dev_. Blocking: returns once the copy is done. Queued: staged in
+  // upload_stage_, which the caller leaves alone until the copy has run (the next Prepare).
+  Status Send(Upload upload);
   Status Grow(int64_t entries);
-  // Writes the entries Sync found changed (changed_*) into the device's lists.
-  Status UploadChanged(Upload upload);
   // A free summary row (grows the bookkeeping; GrowSummaries makes the tensor that large).
   int32_t TakeRow();
   void GiveRow(int32_t row);
@@ -123,13 +120,14 @@ class DeviceSelection {
   Tensor bounds_, spread_;   // summaries (and mean keys' spreads), one row per list entry
   // Device state.
   Tensor list_ids_, list_lens_, list_rows_;  // [layers * heads, stride_]
-  Tensor limits_dev_;                        // [layers * heads, 5]
-  Tensor pending_dev_;                       // [layers * heads]: the page the step writes, or -1
-  Tensor scores_;                            // [heads, stride_]
+  // Views into upload_dev_, set by each Send: the lists' limits ([layers * heads, 5]), the page
+  // each list's step writes or -1 ([layers * heads]), and the pages to summarize.
+  Tensor limits_dev_, pending_dev_;
+  Tensor bound_ids_, bound_lens_, bound_rows_;
+  Tensor scores_;  // [heads, stride_]
   Tensor out_ids_, out_lens_, out_count_;
   Tensor resident_, slot_page_, slot_len_, slot_used_, table_, fetch_, counters_;
   int32_t clock_ = 0;  // decode steps prepared (PageMapArgs::clock)
-  Tensor bound_ids_, bound_lens_, bound_rows_;
   // Host side: mirrors of the uploaded lists ([layers * heads, stride_]: page id, token count,
   // page version when it was summarized or kNotSummarized) and per row the entries uploaded and
   // the list stamp seen last.
@@ -145,11 +143,12 @@ class DeviceSelection {
   std::vector<int32_t> bound_stage_ids_, bound_stage_lens_, bound_stage_rows_;
   // Entries changed this call: flat index into the lists, page id, token count, summary row.
   std::vector<int32_t> changed_idx_, changed_ids_, changed_lens_, changed_rows_;
-  Tensor changed_dev_;  // [4 * n]: the four above, back to back, in backend memory
-  Tensor limits_stage_, pending_stage_, counters_host_;
-  // Staging of the changed entries and the pages to summarize ([4 * changed | 3 * to bound]).
-  Tensor upload_stage_;
-  int64_t stage_used_ = 0;          // i32 of upload_stage_ this Sync filled
+  // Per list this call: limits (count, sink end, window begin, tokens and pages left) and the
+  // page the step writes.
+  std::vector<int32_t> limits_host_, pending_host_;
+  Tensor counters_host_;
+  // What Send uploads, staged (pinned on a GPU) and in backend memory.
+  Tensor upload_stage_, upload_dev_;
   bool queued_since_sync_ = false;  // an upload was queued and may not have run yet
   KvPoolView host_view_;
   std::vector<int64_t> planned_nodes_;

@@ -8,18 +8,18 @@
 #
 #   tools/gpu/batch_ab.sh --bundle FILE [--context 32768] [--batches "8 16"]
 #       [--configs "icecache:256"] [--decode 48] [--a-env "ICECACHE_CUDA_LANES=0"] [--b-env ""]
-#       [--a-flags ""] [--b-flags ""] [--b-bundle FILE] [--tests FILTER] [--bench-timeout 240]
+#       [--a-flags ""] [--b-flags ""] [--tests FILTER] [--bench-timeout 240]
 # A configuration is POLICY:BUDGET ("full" alone: full attention with all KV on the device, run
 # once per batch, not A/B); --a-flags and --b-flags add options to one side's sparse runs.
-# --tests runs the bundle's CUDA tests matching the gtest FILTER first. --b-bundle runs B's sparse
-# runs with the icecache of another bundle (another build; same libraries), to compare two builds
-# on one machine.
+# --tests runs the bundle's CUDA tests matching the gtest FILTER first. Two or more builds on one
+# machine: tools/gpu/builds_ab.sh. Each run's stderr is kept as run-N-SIDE-bBATCH.err (with
+# ICECACHE_TRACE_STEPS=1 in an env, its step trace).
 # A run forks the prompt's host KV once per sequence: at 32K on the 8B shape batch 8 took about
 # 85 s on the H200 and batch 16 needs about 150 s, hence the default timeout.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUNDLE="" CONTEXT=32768 BATCHES="8 16" CONFIGS="icecache:256" DECODE=48
-A_ENV="ICECACHE_CUDA_LANES=0" B_ENV="" A_FLAGS="" B_FLAGS="" TESTS="" TIMEOUT=240 B_BUNDLE=""
+A_ENV="ICECACHE_CUDA_LANES=0" B_ENV="" A_FLAGS="" B_FLAGS="" TESTS="" TIMEOUT=240
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) BUNDLE=$2; shift ;;
@@ -31,7 +31,6 @@ while [[ $# -gt 0 ]]; do
     --b-env) B_ENV=$2; shift ;;
     --a-flags) A_FLAGS=$2; shift ;;
     --b-flags) B_FLAGS=$2; shift ;;
-    --b-bundle) B_BUNDLE=$2; shift ;;
     --tests) TESTS=$2; shift ;;
     --bench-timeout) TIMEOUT=$2; shift ;;
     *) echo "unknown option $1"; exit 2 ;;
@@ -42,22 +41,15 @@ done
 OUT=${OUT:-$ROOT/out/gpu-batch-ab}
 source "$ROOT/tools/gpu/log.sh"
 source "$ROOT/tools/gpu/binaries.sh"
-B_BIN=$BIN
-if [[ -n $B_BUNDLE ]]; then
-  rm -rf /tmp/icecache-gpu-b && mkdir -p /tmp/icecache-gpu-b &&
-    tar -C /tmp/icecache-gpu-b -xJf "$B_BUNDLE" || { echo "bad bundle $B_BUNDLE"; exit 1; }
-  B_BIN=/tmp/icecache-gpu-b/bin/icecache
-  echo "B runs $B_BUNDLE"
-fi
 if [[ -n $TESTS ]]; then
   step "CUDA tests: $TESTS"
   timeout 300 "$TESTBIN" --gtest_color=no --gtest_brief=1 --gtest_filter="$TESTS" 2>&1 | tail -8 ||
     fail "CUDA tests"
 fi
 : >"$OUT/batch_ab.jsonl"
+RUN_NO=0
 run() {  # side env-assignments config batch [flags]
-  local side=$1 envs=$2 cfg=$3 batch=$4 flags=${5:-} policy budget args bin=$BIN
-  [[ $side == B ]] && bin=$B_BIN
+  local side=$1 envs=$2 cfg=$3 batch=$4 flags=${5:-} policy budget args
   IFS=: read -r policy budget <<<"$cfg"
   args=(bench --synthetic llama-3.1-8b --device cuda --contexts "$CONTEXT" --decode "$DECODE"
         --repeats 1 --prefill-chunk 4096 --shared-prompt --batch "$batch" --kv-stats --json)
@@ -68,15 +60,17 @@ run() {  # side env-assignments config batch [flags]
     # shellcheck disable=SC2206
     args+=($flags)
   fi
-  step "$side ($envs $flags): batch $batch, $cfg, $bin"
+  step "$side ($envs $flags): batch $batch, $cfg"
   # shellcheck disable=SC2086
-  if ! env $envs timeout "$TIMEOUT" "$bin" "${args[@]}" >"$OUT/tmp.json" 2>"$OUT/tmp.err"; then
+  if ! env $envs timeout "$TIMEOUT" "$BIN" "${args[@]}" >"$OUT/tmp.json" 2>"$OUT/tmp.err"; then
     echo "failed: $(tail -1 "$OUT/tmp.err")"
     return
   fi
   grep -E "time per step|fetch " "$OUT/tmp.err" | head -2
+  RUN_NO=$((RUN_NO + 1))
+  cp "$OUT/tmp.err" "$OUT/run-$RUN_NO-$side-b$batch.err"  # keeps ICECACHE_TRACE_STEPS lines
   python3 -c 'import json,sys; print(json.dumps({"side": sys.argv[2], "env": sys.argv[3], "config": sys.argv[4], **json.load(open(sys.argv[1]))["results"][0]}))' \
-    "$OUT/tmp.json" "$side" "$envs $flags${B_BUNDLE:+ ($bin)}" "$cfg" >>"$OUT/batch_ab.jsonl"
+    "$OUT/tmp.json" "$side" "$envs $flags" "$cfg" >>"$OUT/batch_ab.jsonl"
 }
 for batch in $BATCHES; do
   for cfg in $CONFIGS; do

@@ -8,19 +8,22 @@
 # and microseconds in one decode step).
 #
 #   tools/gpu/profile_decode.sh [--bundle FILE] [--context 32768] [--budget 2048]
-#                               [--configs "full icecache"]
+#                               [--configs "full icecache"] [--batch 1]
+# --batch B decodes B sequences forked from one prompt (--shared-prompt) in each step; the
+# summary then also counts the GEMV launches in its window, so that a window of two steps shows.
 # Configurations: full, icecache, and full-unstacked (full with ICECACHE_CUDA_STACKED=0: q/k/v
 # and gate/up as separate GEMVs, to compare with the stacked ones).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$ROOT/out/gpu-profile}
-BUNDLE="" CONTEXT=32768 BUDGET=2048 CONFIGS="full icecache"
+BUNDLE="" CONTEXT=32768 BUDGET=2048 CONFIGS="full icecache" BATCH=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) BUNDLE=$2; shift ;;
     --context) CONTEXT=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
     --configs) CONFIGS=$2; shift ;;
+    --batch) BATCH=$2; shift ;;
     *) echo "unknown option $1"; exit 2 ;;
   esac
   shift
@@ -35,6 +38,7 @@ NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 # Three decode steps; the summary takes the last.
 BENCH=(bench --synthetic llama-3.1-8b --device cuda --contexts "$CONTEXT" --decode 3 --repeats 1
        --prefill-chunk 8192)
+[[ $BATCH -gt 1 ]] && BENCH+=(--batch "$BATCH" --shared-prompt)
 run() {  # name, extra bench flags...
   local name=$1 stacked=1
   shift
@@ -81,7 +85,8 @@ for name in sys.argv[2:]:
         c, t = per.get(n, (0, 0.0))
         per[n] = (c + 1, t + us)
     total = sum(t for _, t in per.values())
-    print(f"\n{name}: one decode step, {hi - lo} launches, {total:.0f} us of kernel time\n")
+    gemv = sum(c for n, (c, _) in per.items() if n.startswith("Gemv"))
+    print(f"\n{name}: one decode step, {hi - lo} launches ({gemv} GEMV), {total:.0f} us of kernel time\n")
     print("| kernel | launches | us | share |\n|:--|--:|--:|--:|")
     for n, (c, t) in sorted(per.items(), key=lambda kv: -kv[1][1]):
         print(f"| {n} | {c} | {t:.0f} | {100 * t / total:.1f}% |")
