@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "core/env_switch.h"
 #include "core/process.h"
 #include "engine/engine_impl.h"
 
@@ -25,10 +26,7 @@ namespace {
 // phase (Transformer::PhaseTimes, the wait for the sampled ids, the join of index updates run
 // beside), to place a slow step without a profiler.
 bool TraceSteps() {
-  static const bool on = [] {
-    const char* e = std::getenv("ICECACHE_TRACE_STEPS");
-    return e != nullptr && e[0] == '1';
-  }();
+  static const bool on = EnvSwitch("ICECACHE_TRACE_STEPS", false);
   return on;
 }
 

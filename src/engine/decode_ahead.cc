@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "core/env_switch.h"
 #include "core/process.h"
 #include "engine/engine_impl.h"
 #include "engine/generation.h"
@@ -19,10 +20,7 @@
 namespace icecache {
 
 bool EngineImpl::CanDecodeAhead(const Generation& g) const {
-  static const bool enabled = [] {
-    const char* e = std::getenv("ICECACHE_DECODE_AHEAD");
-    return e == nullptr || e[0] != '0';
-  }();
+  static const bool enabled = EnvSwitch("ICECACHE_DECODE_AHEAD", true);
   const SequenceState& st = *g.state();
   return enabled && backend_->device() != Device::kCpu && staged_ == nullptr && g.GreedyOnly() &&
          !st.sparse() && !st.kv.recall;

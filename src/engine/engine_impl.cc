@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/env_switch.h"
 #include "core/process.h"
 #include "engine/generation.h"
 #include "engine/sampler.h"
@@ -257,10 +258,7 @@ IndexContext EngineImpl::IndexFor(const KvConfig& kv) const {
   c.tokenizer = model_->tokenizer.get();
   c.workers = index_workers_.get();
   // ICECACHE_PREFILL_AHEAD=0 builds a prompt's index only at its end (for comparisons).
-  static const bool ahead = [] {
-    const char* e = std::getenv("ICECACHE_PREFILL_AHEAD");
-    return e == nullptr || e[0] != '0';
-  }();
+  static const bool ahead = EnvSwitch("ICECACHE_PREFILL_AHEAD", true);
   c.overlap_prefill = ahead && backend_->device() != Device::kCpu;
   return c;
 }

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env_switch.h"
 #include "core/half.h"
 #include "core/process.h"
 
@@ -12,10 +13,8 @@ namespace icecache {
 
 SparseAttention::SparseAttention(Backend* backend, const ModelConfig& config)
     : backend_(backend), config_(config) {
-  const char* e = std::getenv("ICECACHE_DEVICE_BATCH");
-  batch_ops_ = e == nullptr || e[0] != '0';
-  const char* q = std::getenv("ICECACHE_QUEUED_UPLOADS");
-  queued_uploads_ = q != nullptr && q[0] == '1';
+  batch_ops_ = EnvSwitch("ICECACHE_DEVICE_BATCH", true);
+  queued_uploads_ = EnvSwitch("ICECACHE_QUEUED_UPLOADS", false);
 }
 
 Status SparseAttention::Prepare(const StepContext& step) {

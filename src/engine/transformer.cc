@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/env_switch.h"
 #include "core/process.h"
 #include "model/arch/arch.h"
 
@@ -58,8 +59,7 @@ Result<std::unique_ptr<Transformer>> Transformer::Create(const ModelConfig& conf
   t->backend_ = backend;
   t->max_tokens_ = max_tokens;
   t->max_seqs_ = max_seqs;
-  const char* halves = std::getenv("ICECACHE_BATCH_HALVES");
-  t->halves_ = halves != nullptr && halves[0] == '1';
+  t->halves_ = EnvSwitch("ICECACHE_BATCH_HALVES", false);
   ICECACHE_RETURN_IF_ERROR(t->PrepareWeights(weights));
   ICECACHE_RETURN_IF_ERROR(t->AllocateWorkspace(max_seqs, pool_capacity));
   return t;

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_matmul.h"
 #include "core/check.h"
+#include "core/env_switch.h"
 
 namespace icecache::cuda {
 
@@ -149,7 +150,7 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
     f.reset(ev);
   }
   // ICECACHE_CUDA_TIMING=1: time graph replays with events (printed when the backend goes).
-  if (const char* t = std::getenv("ICECACHE_CUDA_TIMING"); t != nullptr && t[0] == '1') {
+  if (EnvSwitch("ICECACHE_CUDA_TIMING", false)) {
     if (cudaEventCreate(&ev) == cudaSuccess) timing_start_.reset(ev);
     if (cudaEventCreate(&ev) == cudaSuccess) timing_end_.reset(ev);
     if (!timing_end_) timing_start_.reset();
@@ -157,13 +158,9 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
 
   // ICECACHE_CUDA_GRAPHS=0: run decode steps eagerly (no capture), to tell a graph problem from
   // a kernel one.
-  if (const char* g = std::getenv("ICECACHE_CUDA_GRAPHS"); g != nullptr && g[0] == '0') {
-    graphs_enabled_ = false;
-  }
+  graphs_enabled_ = EnvSwitch("ICECACHE_CUDA_GRAPHS", true);
   // ICECACHE_CUDA_STACKED=0: keep q/k/v and gate/up apart (PrepareStacked), to compare.
-  if (const char* g = std::getenv("ICECACHE_CUDA_STACKED"); g != nullptr && g[0] == '0') {
-    stacking_enabled_ = false;
-  }
+  stacking_enabled_ = EnvSwitch("ICECACHE_CUDA_STACKED", true);
 
   // Fixed scratch, allocated once: the GEMM workspace and the decode partials (bytes as i32).
   constexpr int64_t kSideShare = 4;  // side work's decode workspace: a quarter of the main one
@@ -201,10 +198,7 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
 Status CudaBackend::InitLanes() {
   // ICECACHE_CUDA_LANES=N: fold lanes onto N streams (0 or 1: none, lane work stays on the
   // compute stream), to compare.
-  int n = kDefaultLanes;
-  if (const char* l = std::getenv("ICECACHE_CUDA_LANES"); l != nullptr && l[0] != '\0') {
-    n = std::clamp(std::atoi(l), 0, 32);
-  }
+  const int n = std::clamp(EnvInt("ICECACHE_CUDA_LANES", kDefaultLanes), 0, 32);
   if (n < 2) return Status::Ok();
   cudaEvent_t ev = nullptr;
   cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);

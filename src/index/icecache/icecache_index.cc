@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "core/check.h"
+#include "core/env_switch.h"
 #include "core/thread_pool.h"
 #include "index/icecache/list_layout.h"
 #include "index/icecache/mips.h"
@@ -235,10 +236,7 @@ Status IceCacheIndex::Append(KvSequence& seq, int64_t len) {
 }
 
 bool IceCacheIndex::Staggered() {
-  static const bool on = [] {
-    const char* e = std::getenv("ICECACHE_INDEX_STAGGER");
-    return e == nullptr || e[0] != '0';
-  }();
+  static const bool on = EnvSwitch("ICECACHE_INDEX_STAGGER", true);
   return on;
 }
 

@@ -1,6 +1,7 @@
 // Launchers of the small-batch GEMV (gemv.cuh): pick the k split from the shape.
 #include <cstdlib>
 
+#include "core/env_switch.h"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/pdl.cuh"
@@ -26,10 +27,7 @@ int Run(Stream s, const void* x, const void* w, const float* bias, const GemvOut
 // down, stacked q/k/v), 8 for short ones (k, v), with at least 256 elements of k per warp.
 // ICECACHE_GEMV_SPLIT (1, 2, 4, 8) overrides it.
 inline int PickSplit(int64_t rows, int64_t k) {
-  static const int forced = [] {
-    const char* e = std::getenv("ICECACHE_GEMV_SPLIT");
-    return e != nullptr ? std::atoi(e) : 0;
-  }();
+  static const int forced = EnvInt("ICECACHE_GEMV_SPLIT", 0);
   if (forced == 1 || forced == 2 || forced == 4 || forced == 8) return forced;
   int split = rows >= 8192 ? 2 : (rows >= 2048 ? 4 : 8);
   while (split > 1 && k < split * 256) split /= 2;

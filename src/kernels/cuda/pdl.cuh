@@ -6,16 +6,14 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <utility>
+
+#include "core/env_switch.h"
 
 namespace icecache::kernels {
 
 inline bool PdlEnabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("ICECACHE_CUDA_PDL");
-    return e == nullptr || e[0] != '0';
-  }();
+  static const bool enabled = EnvSwitch("ICECACHE_CUDA_PDL", true);
   return enabled;
 }
 
