@@ -88,7 +88,7 @@ Command AddChatCommand(CLI::App& root) {
   AddSamplingOptions(*app, &args->sampling);
   app->add_option("--system", args->system, "system message");
   app->add_option("-n,--max-tokens", args->max_tokens, "tokens per reply at most")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegativeInt())
       ->capture_default_str();
   app->add_flag("--stats", args->stats, "print statistics after each reply");
   return {app, [args]() { return Run(*args); }};

@@ -341,7 +341,7 @@ Command AddEvalCommand(CLI::App& root) {
   app->add_option("--limit", args->limit,
                   "samples per length (needle: depths, default 5; ruler: per subtask, default 4; "
                   "leval/jsonl: per file, default all; fidelity: documents, default 4)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeInt());
   app->add_option("--seed", args->seed, "seed of the generated tasks")->capture_default_str();
   app->add_option("--out", args->out, "results folder")->capture_default_str();
   app->add_option(
@@ -357,16 +357,16 @@ Command AddEvalCommand(CLI::App& root) {
                   "(default: chosen per file)");
   app->add_option("--max-new-tokens", args->max_new_tokens,
                   "answer tokens (default: per task and scorer)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeInt());
   app->add_option("--steps", args->steps, "fidelity: teacher-forced tokens per document")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
   app->add_option("--gen-tokens", args->gen_tokens, "fidelity: greedy tokens compared with full KV")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegativeInt())
       ->capture_default_str();
   app->add_option("--max-runs", args->max_runs,
                   "stop after this many new runs (a rerun continues where it stopped)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeInt());
   app->add_option("--progress", args->progress, "progress bar: auto, always, never")
       ->capture_default_str();
   return {app, [args]() { return Run(*args); }};

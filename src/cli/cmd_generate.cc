@@ -110,7 +110,7 @@ Command AddGenerateCommand(CLI::App& root) {
   app->add_flag("--chat", args->chat, "format the prompt with the model's chat template");
   app->add_option("--system", args->system, "system message (with --chat)");
   app->add_option("-n,--max-tokens", args->max_tokens, "tokens to generate at most")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegativeInt())
       ->capture_default_str();
   app->add_option("--stop", args->stop, "stop before this text (repeatable)");
   app->add_flag("--ignore-eos", args->ignore_eos, "do not stop at end-of-sequence tokens");

@@ -1,5 +1,6 @@
 #include "cli/options.h"
 
+#include <charconv>
 #include <cstdio>
 
 namespace icecache::cli {
@@ -41,6 +42,36 @@ SamplingParams SamplingOptions::ToParams() const {
   return p;
 }
 
+namespace {
+
+// A validator that accepts a whole number no smaller than `min` (written in full: no fraction,
+// exponent or trailing text).
+CLI::Validator WholeNumberFrom(long long min, const std::string& what) {
+  return CLI::Validator(
+      [min, what](std::string& text) -> std::string {
+        long long v = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        if (text.empty() || ec != std::errc() || ptr != end || v < min) {
+          return "'" + text + "' is not " + what;
+        }
+        return {};
+      },
+      min > 0 ? "POSITIVE" : "NONNEGATIVE");
+}
+
+}  // namespace
+
+const CLI::Validator& PositiveInt() {
+  static const CLI::Validator v = WholeNumberFrom(1, "a positive whole number");
+  return v;
+}
+
+const CLI::Validator& NonNegativeInt() {
+  static const CLI::Validator v = WholeNumberFrom(0, "a whole number >= 0");
+  return v;
+}
+
 void AddModelOptions(CLI::App& app, ModelOptions* o) {
   app.add_option("-m,--model", o->model,
                  "GGUF file, Hugging Face model folder, or 'default' (SmolLM2-135M-Instruct)")
@@ -55,14 +86,21 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
   app.add_option("--device-mem-limit", o->device_mem_limit,
                  "GPU: cap the device memory the engine may allocate, e.g. 24G (emulates a "
                  "smaller GPU; what does not fit fails as it would there)")
-      ->transform(CLI::AsSizeValue(false));
+      ->transform(CLI::AsSizeValue(false))
+      // CLI11 runs the transform added last first: negative sizes are refused before
+      // AsSizeValue reads them as huge unsigned numbers.
+      ->transform(CLI::Validator(
+          [](std::string& text) -> std::string {
+            return !text.empty() && text[0] == '-' ? "'" + text + "' is not a size (e.g. 24G)" : "";
+          },
+          "SIZE"));
   app.add_option("-t,--threads", o->threads,
                  "CPU threads (0: all cores): the model's compute on the CPU, and the threads "
                  "that build, update and search KV indexes (on a GPU, those alone)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeInt());
   app.add_option("-c,--ctx-size", o->ctx_size,
                  "context limit in tokens (0: the model's trained context)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeInt());
   app.add_option("--prefill-chunk", o->prefill_chunk, "prompt tokens per forward pass")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
@@ -72,18 +110,18 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
       ->capture_default_str();
   app.add_option("--kv-budget", kv.budget,
                  "tokens attended per (layer, KV head) per decode step, sink and window included")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveInt())
       ->capture_default_str();
   app.add_option("--kv-page", kv.page_size, "tokens per KV page")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   app.add_option("--kv-sink", kv.sink, "first tokens always attended (default: one page)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeInt());
   app.add_option("--kv-window", kv.window,
                  "most recent tokens always attended (default: a quarter of the budget)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeInt());
   app.add_option("--kv-dense-layers", kv.dense_layers, "first N layers attend every token")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeInt());
   app.add_flag("--kv-exact", kv.exact,
                "icecache: bound-pruned search equal to exhaustive scoring by bound");
   app.add_option("--kv-rank", kv.rank,
@@ -102,7 +140,7 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
       ->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--kv-reuse-layers", kv.reuse_layers,
                  "icecache: consecutive layers sharing one tree and selection")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveInt());
   app.add_option("--kv-oracle-unit", kv.oracle_unit, "oracle: page or token")
       ->check(CLI::IsMember({"page", "token"}));
   app.add_option("--kv-dtype", kv.dtype,
@@ -151,7 +189,7 @@ void AddSamplingOptions(CLI::App& app, SamplingOptions* o) {
       ->check(CLI::Range(0.0f, 100.0f))
       ->capture_default_str();
   app.add_option("--top-k", o->top_k, "keep the k most likely tokens (0: off)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeInt());
   app.add_option("--top-p", o->top_p, "nucleus sampling mass (1: off)")
       ->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--min-p", o->min_p, "drop tokens below min-p times the top probability")
@@ -160,7 +198,7 @@ void AddSamplingOptions(CLI::App& app, SamplingOptions* o) {
       ->check(CLI::Range(0.01f, 100.0f));
   app.add_option("--repeat-last-n", o->repeat_last_n,
                  "tokens the repetition penalty looks back over (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeInt());
   app.add_option("-s,--seed", o->seed, "random seed");
 }
 

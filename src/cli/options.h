@@ -10,6 +10,11 @@
 
 namespace icecache::cli {
 
+// Checks for whole-number options with plain messages ("--kv-budget: '0' is not a positive
+// whole number"; CLI11's PositiveNumber prints its range as 308-digit floats).
+const CLI::Validator& PositiveInt();
+const CLI::Validator& NonNegativeInt();
+
 struct ModelOptions {
   std::string model = "default";
   std::string device = "cpu";

@@ -168,6 +168,15 @@ TEST(CliBadInputTest, InvalidFlags) {
                    "--kv-exact");
 }
 
+TEST(CliBadInputTest, NumbersOutOfRangeSayWhatIsExpected) {
+  ExpectCleanError(RunCommand(Gen("-p hi --kv-budget 0")), "'0' is not a positive whole number");
+  ExpectCleanError(RunCommand(Gen("-p hi --kv-budget 2.5")), "'2.5' is not a positive whole");
+  ExpectCleanError(RunCommand(Gen("-p hi --kv-sink -1")), "'-1' is not a whole number >= 0");
+  ExpectCleanError(RunCommand(Gen("-p hi -n 1e3")), "'1e3' is not a whole number >= 0");
+  ExpectCleanError(RunCommand(Gen("-p hi --device cuda --device-mem-limit -1G")),
+                   "'-1G' is not a size");
+}
+
 TEST(CliBadInputTest, MissingPromptFile) {
   ExpectCleanError(RunCommand(Gen("--prompt-file /nonexistent/prompt.txt")), "prompt.txt");
 }
