@@ -122,10 +122,12 @@ Status DeviceSelection::Send(Upload upload) {
   const int64_t n = static_cast<int64_t>(changed_idx_.size());
   const int64_t m = static_cast<int64_t>(bound_stage_ids_.size());
   const int64_t total = 6 * rows + 4 * n + 3 * m;
-  // Staging and device buffers are replaced only once copies queued from or into them have run.
+  // The staging buffer is replaced only once copies queued from it have run, the device buffer
+  // once the kernels that read its views (the last summaries, selections and maps) have: growth
+  // is rare, so it waits for the device.
   const bool grow_stage = upload_stage_.empty() || upload_stage_.numel() < total;
   const bool grow_dev = upload_dev_.empty() || upload_dev_.numel() < total;
-  if ((grow_stage || grow_dev) && queued_since_sync_) {
+  if ((grow_dev && !upload_dev_.empty()) || (grow_stage && queued_since_sync_)) {
     backend_->Synchronize();
     queued_since_sync_ = false;
   }
