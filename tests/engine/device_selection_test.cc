@@ -48,8 +48,8 @@ class DeviceSelectionTest : public ::testing::Test {
   static void TearDownTestSuite() { delete dir_; }
 
   static Result<std::unique_ptr<Engine>> Make(const KvConfig& kv, const std::string& where,
-                                              bool prefetch = true) {
-    EngineOptions o{.model = *dir_, .context_size = 1024, .prefill_chunk = 64};
+                                              bool prefetch = true, int context = 1024) {
+    EngineOptions o{.model = *dir_, .context_size = context, .prefill_chunk = 64};
     o.kv = kv;
     o.kv_select = where;
     o.kv_prefetch = prefetch ? "on" : "off";
@@ -137,6 +137,33 @@ TEST_F(DeviceSelectionTest, CentroidRankOnTheDeviceEqualsTheHostBitForBit) {
       EXPECT_GT(got->kv.hit_rate, 0.0);
     }
   }
+}
+
+// A step's upload (limits, changed list entries, pages to summarize) is sized for the first
+// context a session scores (at least 16384 i32). The session's second context, 8000 tokens, is
+// re-arranged into leaf pages at the prompt's end (about 2000 entries in each of the 6 lists:
+// over 40000 i32), so the upload grows there and the views into it move to the new buffer: the
+// logits stay bit for bit those of the host's selection.
+TEST_F(DeviceSelectionTest, AGrownUploadSelectsWhatTheHostSelects) {
+  KvConfig ice = Quest(64);
+  ice.policy = "icecache";
+  ice.page_size = 4;
+  ice.rank = "centroid";
+  auto host = Make(ice, "host", true, 8192);
+  auto device = Make(ice, "device", true, 8192);
+  ASSERT_TRUE(host.ok() && device.ok());
+  auto hs = (*host)->NewSession();
+  auto ds = (*device)->NewSession();
+  ASSERT_TRUE(hs.ok() && ds.ok());
+  const ScoreRequest first{Tokens(300, 7), Tokens(8, 8), true};
+  const ScoreRequest second{Tokens(8000, 9), Tokens(24, 10), true};
+  ASSERT_TRUE((*hs)->Score(first).ok() && (*ds)->Score(first).ok());
+  auto want = (*hs)->Score(second);
+  auto got = (*ds)->Score(second);
+  ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
+  ExpectSameLogits(*got, *want);
+  EXPECT_TRUE(got->kv.device_select);
+  EXPECT_DOUBLE_EQ(got->kv.tokens_attended, want->kv.tokens_attended);
 }
 
 // A session scores a second, different context: its pages are freed and handed out again (same
