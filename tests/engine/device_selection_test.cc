@@ -76,6 +76,27 @@ class DeviceSelectionTest : public ::testing::Test {
           << "step " << i << " differs";
     }
   }
+  // Scores `first`, then `second` in one session of a host-selecting and one of a
+  // device-selecting engine; expects the same logits for `second` and returns its device result.
+  static ScoreResult SecondContextsAgree(const KvConfig& kv, const ScoreRequest& first,
+                                         const ScoreRequest& second, int context = 1024) {
+    auto host = Make(kv, "host", true, context);
+    auto device = Make(kv, "device", true, context);
+    EXPECT_TRUE(host.ok() && device.ok());
+    if (!host.ok() || !device.ok()) return {};
+    auto hs = (*host)->NewSession();
+    auto ds = (*device)->NewSession();
+    EXPECT_TRUE(hs.ok() && ds.ok());
+    if (!hs.ok() || !ds.ok()) return {};
+    EXPECT_TRUE((*hs)->Score(first).ok() && (*ds)->Score(first).ok());
+    auto want = (*hs)->Score(second);
+    auto got = (*ds)->Score(second);
+    EXPECT_TRUE(want.ok() && got.ok()) << got.status().message();
+    if (!want.ok() || !got.ok()) return {};
+    ExpectSameLogits(*got, *want);
+    EXPECT_DOUBLE_EQ(got->kv.tokens_attended, want->kv.tokens_attended);
+    return *got;
+  }
   static std::string* dir_;
 };
 std::string* DeviceSelectionTest::dir_ = nullptr;
@@ -149,21 +170,9 @@ TEST_F(DeviceSelectionTest, AGrownUploadSelectsWhatTheHostSelects) {
   ice.policy = "icecache";
   ice.page_size = 4;
   ice.rank = "centroid";
-  auto host = Make(ice, "host", true, 8192);
-  auto device = Make(ice, "device", true, 8192);
-  ASSERT_TRUE(host.ok() && device.ok());
-  auto hs = (*host)->NewSession();
-  auto ds = (*device)->NewSession();
-  ASSERT_TRUE(hs.ok() && ds.ok());
-  const ScoreRequest first{Tokens(300, 7), Tokens(8, 8), true};
-  const ScoreRequest second{Tokens(8000, 9), Tokens(24, 10), true};
-  ASSERT_TRUE((*hs)->Score(first).ok() && (*ds)->Score(first).ok());
-  auto want = (*hs)->Score(second);
-  auto got = (*ds)->Score(second);
-  ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
-  ExpectSameLogits(*got, *want);
-  EXPECT_TRUE(got->kv.device_select);
-  EXPECT_DOUBLE_EQ(got->kv.tokens_attended, want->kv.tokens_attended);
+  const ScoreResult got = SecondContextsAgree(ice, {Tokens(300, 7), Tokens(8, 8), true},
+                                              {Tokens(8000, 9), Tokens(24, 10), true}, 8192);
+  EXPECT_TRUE(got.kv.device_select);
 }
 
 // A session scores a second, different context: its pages are freed and handed out again (same
@@ -174,19 +183,8 @@ TEST_F(DeviceSelectionTest, ASessionsNextContextNeverHitsStaleCopies) {
     KvConfig kv = Quest(64);
     kv.policy = policy;
     kv.rank = "centroid";
-    auto host = Make(kv, "host");
-    auto device = Make(kv, "device");
-    ASSERT_TRUE(host.ok() && device.ok());
-    auto hs = (*host)->NewSession();
-    auto ds = (*device)->NewSession();
-    ASSERT_TRUE(hs.ok() && ds.ok());
-    const ScoreRequest first{Tokens(400, 11), Tokens(24, 12), true};
-    const ScoreRequest second{Tokens(500, 13), Tokens(24, 14), true};
-    ASSERT_TRUE((*hs)->Score(first).ok() && (*ds)->Score(first).ok());
-    auto want = (*hs)->Score(second);
-    auto got = (*ds)->Score(second);
-    ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
-    ExpectSameLogits(*got, *want);
+    SecondContextsAgree(kv, {Tokens(400, 11), Tokens(24, 12), true},
+                        {Tokens(500, 13), Tokens(24, 14), true});
   }
 }
 
