@@ -1,6 +1,7 @@
 // Developer switches read from the environment (ICECACHE_*, listed in the README's
 // "Environment"): each turns one mechanism on or off, or fixes one tuning choice, for A/B runs
-// (docs/PERF.md). Callers read a switch once and keep it in a static.
+// (docs/PERF.md). Callers read a switch once: into a static, or into a member when the object
+// that uses it is made.
 #pragma once
 
 #include <cstdlib>
