@@ -123,7 +123,8 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
   app.add_option("--kv-dense-layers", kv.dense_layers, "first N layers attend every token")
       ->check(NonNegativeInt());
   app.add_flag("--kv-exact", kv.exact,
-               "icecache: bound-pruned search equal to exhaustive scoring by bound");
+               "icecache and lychee: bound-pruned search equal to exhaustive scoring (icecache: "
+               "by bound; lychee: by exact q.k)");
   app.add_option("--kv-rank", kv.rank,
                  "icecache: rank leaves by soft (tree search, keys scored) or centroid (linear "
                  "scan of leaf means, as on the device); auto: centroid where selection runs on "
@@ -133,10 +134,9 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
       ->capture_default_str();
   app.add_option("--kv-search-radius", kv.search_radius,
                  "icecache (rank soft) and lychee: how far the search looks past an index "
-                 "node's centroid, w in [0, 1]: icecache orders nodes by q.c + w sqrt(2 ln n) s "
-                 "(s: the spread of the node's n keys along q), lychee prunes by q.c + w|q|r (1: "
-                 "its true bound, equal to exhaustive scoring); smaller: fewer nodes opened "
-                 "(default: icecache 0.7, lychee 0.5)")
+                 "node's centroid, w in [0, 1]: nodes are opened in the order of q.c + w "
+                 "sqrt(2 ln n) s (s: the spread of the node's n keys along q); smaller: fewer "
+                 "nodes opened (default: icecache 0.7, lychee 0.2)")
       ->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--kv-reuse-layers", kv.reuse_layers,
                  "icecache: consecutive layers sharing one tree and selection")

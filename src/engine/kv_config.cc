@@ -23,7 +23,7 @@ int KvConfig::ResolvedWindow() const {
 
 float KvConfig::ResolvedSearchRadius() const {
   if (search_radius >= 0) return search_radius;
-  return policy == "lychee" ? 0.5f : 0.7f;
+  return policy == "lychee" ? 0.2f : 0.7f;
 }
 
 Status KvConfig::Validate() const {
@@ -81,11 +81,11 @@ std::string KvConfig::Describe() const {
                   std::to_string(ResolvedSink()) + ", window " + std::to_string(ResolvedWindow()) +
                   ", page " + std::to_string(page_size);
   if (dense_layers > 0) d += ", " + std::to_string(dense_layers) + " dense layers";
-  if (policy == "icecache" && exact) d += ", exact";
+  if ((policy == "icecache" || policy == "lychee") && exact) d += ", exact";
   if (policy == "icecache" && !exact && rank != "auto") d += ", rank " + rank;
   if (policy == "lychee" && rank == "centroid") d += ", rank centroid";
-  const bool searches = (policy == "icecache" && !exact && rank != "centroid") ||
-                        (policy == "lychee" && rank != "centroid");
+  const bool searches =
+      (policy == "icecache" || policy == "lychee") && !exact && rank != "centroid";
   if (searches && search_radius >= 0) {
     char w[32];
     std::snprintf(w, sizeof(w), "%g", search_radius);

@@ -13,15 +13,26 @@ int32_t ClusterIndex::AddChunk(const float* keys, int n, int pages) {
   ICECACHE_CHECK(n >= 1 && pages >= 1 && dim_ > 0);
   const size_t at = chunk_centroid_.size();
   chunk_centroid_.resize(at + dim_, 0.0f);
+  chunk_variance_.resize(at + dim_, 0.0f);
+  chunk_far_.resize(at + dim_, 0.0f);
   float* c = chunk_centroid_.data() + at;
   std::vector<double> sum(dim_, 0.0);
   for (int t = 0; t < n; ++t) {
     for (int j = 0; j < dim_; ++j) sum[j] += keys[static_cast<size_t>(t) * dim_ + j];
   }
   for (int j = 0; j < dim_; ++j) c[j] = static_cast<float>(sum[j] / n);
-  float r = 0;
-  for (int t = 0; t < n; ++t) r = std::max(r, Dist(keys + static_cast<size_t>(t) * dim_, c, dim_));
-  chunk_radius_.push_back(PadRadius(r, Norm(c, dim_)));
+  float r2 = -1;
+  int far = 0;
+  std::vector<double> var(dim_, 0.0);
+  for (int t = 0; t < n; ++t) {
+    const float* k = keys + static_cast<size_t>(t) * dim_;
+    const float d2 = SqDist(k, c, dim_);
+    if (d2 > r2) r2 = d2, far = t;
+    for (int j = 0; j < dim_; ++j) var[j] += (static_cast<double>(k[j]) - c[j]) * (k[j] - c[j]);
+  }
+  for (int j = 0; j < dim_; ++j) chunk_variance_[at + j] = static_cast<float>(var[j] / n);
+  std::copy_n(keys + static_cast<size_t>(far) * dim_, dim_, chunk_far_.data() + at);
+  chunk_radius_.push_back(PadRadius(std::sqrt(r2), Norm(c, dim_)));
   chunk_tokens_.push_back(n);
   chunk_pages_.push_back(pages);
   chunk_cluster_.push_back(-1);
@@ -31,16 +42,35 @@ int32_t ClusterIndex::AddChunk(const float* keys, int n, int pages) {
 
 namespace {
 
-// Largest |k - c| over the keys of `chunks`, padded for rounding.
-float RadiusOver(const KeyTable& keys, const std::vector<int32_t>& chunks, const float* c,
-                 int dim) {
-  float r = 0;
+// Appends to node `id` of `level` (whose centroid is in place) what the keys of `chunks` say
+// about it: the radius (largest |k - c|, padded for rounding), the farthest key, the per-dimension
+// sums and the variance about c.
+void Summarize(const KeyTable& keys, const std::vector<int32_t>& chunks, int dim,
+               ClusterIndex::Level* level, int32_t id) {
+  const float* c = level->c(id, dim);
+  const size_t at = static_cast<size_t>(id) * dim;
+  level->sum.resize(at + dim, 0.0);
+  level->sum_sq.resize(at + dim, 0.0);
+  double* s1 = level->sum.data() + at;
+  double* s2 = level->sum_sq.data() + at;
+  float r2 = 0;
+  const float* far = c;
+  int64_t n = 0;
   for (int32_t ch : chunks) {
-    for (int64_t row = keys.offsets[ch]; row < keys.offsets[ch + 1]; ++row) {
-      r = std::max(r, SqDist(keys.keys + row * dim, c, dim));
+    for (int64_t row = keys.offsets[ch]; row < keys.offsets[ch + 1]; ++row, ++n) {
+      const float* k = keys.keys + row * dim;
+      const float d2 = SqDist(k, c, dim);
+      if (d2 > r2) r2 = d2, far = k;
+      for (int j = 0; j < dim; ++j) {
+        s1[j] += k[j];
+        s2[j] += static_cast<double>(k[j]) * k[j];
+      }
     }
   }
-  return PadRadius(std::sqrt(r), Norm(c, dim));
+  level->radius.push_back(PadRadius(std::sqrt(r2), Norm(c, dim)));
+  level->far.insert(level->far.end(), far, far + dim);
+  level->variance.resize(at + dim, 0.0f);
+  if (n > 0) VarianceAbout(s1, s2, n, c, dim, level->variance.data() + at);
 }
 
 }  // namespace
@@ -67,7 +97,7 @@ void ClusterIndex::Build(const KeyTable& all, uint64_t seed) {
     coarse_.centroid.insert(coarse_.centroid.end(),
                             top.centroids.begin() + static_cast<size_t>(u) * dim_,
                             top.centroids.begin() + static_cast<size_t>(u + 1) * dim_);
-    coarse_.radius.push_back(RadiusOver(all, m, coarse_.c(cu, dim_), dim_));
+    Summarize(all, m, dim_, &coarse_, cu);
     coarse_.count.push_back(static_cast<int32_t>(m.size()));
     int32_t unit_keys = 0;
     for (int32_t c : m) unit_keys += chunk_tokens_[c];
@@ -98,7 +128,7 @@ void ClusterIndex::Build(const KeyTable& all, uint64_t seed) {
     for (int f = 0; f < sub.k; ++f) {
       const int32_t id = first_fine + f;
       const std::vector<int32_t>& ch = fine_.children[id];
-      fine_.radius.push_back(RadiusOver(all, ch, fine_.c(id, dim_), dim_));
+      Summarize(all, ch, dim_, &fine_, id);
       fine_.count.push_back(static_cast<int32_t>(ch.size()));
       int32_t cluster_keys = 0;
       for (int32_t c : ch) cluster_keys += chunk_tokens_[c];
@@ -116,12 +146,15 @@ void ClusterIndex::Build(const KeyTable& all, uint64_t seed) {
 
 int64_t ClusterIndex::MemoryBytes() const {
   auto level = [](const Level& l) {
-    int64_t b = static_cast<int64_t>(l.centroid.size()) * 4 + l.size() * 12;
+    int64_t b = static_cast<int64_t>(l.centroid.size() + l.variance.size() + l.far.size()) * 4 +
+                static_cast<int64_t>(l.sum.size() + l.sum_sq.size()) * 8 + l.size() * 12;
     for (const auto& c : l.children) b += static_cast<int64_t>(c.capacity()) * 4 + 24;
     return b;
   };
-  return static_cast<int64_t>(chunk_centroid_.size()) * 4 + chunks() * (4 + 4 + 4 + 4 + 8) +
-         level(coarse_) + level(fine_) + static_cast<int64_t>(fine_parent_.size()) * 4 +
+  return static_cast<int64_t>(chunk_centroid_.size() + chunk_variance_.size() + chunk_far_.size()) *
+             4 +
+         chunks() * (4 + 4 + 4 + 4 + 8) + level(coarse_) + level(fine_) +
+         static_cast<int64_t>(fine_parent_.size()) * 4 +
          static_cast<int64_t>(fine_sum_sq_.size()) * 8;
 }
 

@@ -2,6 +2,9 @@
 // clusters, fine clusters grouped into at most kMaxCoarse coarse units. Every node keeps a
 // centroid c and a radius r with |k - c| <= r for every key k below it (all keys, not only the
 // chunk means), so for any query q and any such key: q.k = q.c + q.(k - c) <= q.c + |q| r.
+// For the spread-ordered search (search.h) every node also keeps the per-dimension variance of
+// its keys about c and its farthest key (the one that set the radius, as far as lazy inserts
+// know).
 //
 // Built top-down by k-means over chunk keys (the mean of each chunk's keys): the chunks are
 // split into coarse units, then each unit's chunks into fine clusters of about
@@ -62,6 +65,9 @@ class ClusterIndex {
   struct Level {
     std::vector<float> centroid;  // [nodes][dim]
     std::vector<float> radius;
+    std::vector<float> variance;      // [nodes][dim]: mean of (k_j - c_j)^2 over the keys below
+    std::vector<float> far;           // [nodes][dim]: the farthest key from c seen
+    std::vector<double> sum, sum_sq;  // [nodes][dim]: sums of k_j and k_j^2 over the keys below
     std::vector<std::vector<int32_t>> children;  // fine clusters (coarse) or chunks (fine)
     std::vector<int32_t> count;                  // chunks below
     std::vector<int32_t> keys;                   // keys below
@@ -69,6 +75,10 @@ class ClusterIndex {
     const float* c(int32_t i, int dim) const {
       return centroid.data() + static_cast<size_t>(i) * dim;
     }
+    const float* v(int32_t i, int dim) const {
+      return variance.data() + static_cast<size_t>(i) * dim;
+    }
+    const float* f(int32_t i, int dim) const { return far.data() + static_cast<size_t>(i) * dim; }
   };
   const Level& coarse() const { return coarse_; }
   const Level& fine() const { return fine_; }
@@ -76,6 +86,12 @@ class ClusterIndex {
     return chunk_centroid_.data() + static_cast<size_t>(i) * dim_;
   }
   float chunk_radius(int32_t i) const { return chunk_radius_[i]; }
+  const float* chunk_variance(int32_t i) const {
+    return chunk_variance_.data() + static_cast<size_t>(i) * dim_;
+  }
+  const float* chunk_far(int32_t i) const {
+    return chunk_far_.data() + static_cast<size_t>(i) * dim_;
+  }
   int32_t chunk_tokens(int32_t i) const { return chunk_tokens_[i]; }
   int32_t chunk_pages(int32_t i) const { return chunk_pages_[i]; }
   int32_t chunk_cluster(int32_t i) const { return chunk_cluster_[i]; }
@@ -100,6 +116,8 @@ class ClusterIndex {
   // Chunks.
   std::vector<float> chunk_centroid_;
   std::vector<float> chunk_radius_;
+  std::vector<float> chunk_variance_;  // [chunks][dim]
+  std::vector<float> chunk_far_;       // [chunks][dim]
   std::vector<int32_t> chunk_tokens_;
   std::vector<int32_t> chunk_pages_;
   std::vector<int32_t> chunk_cluster_;  // fine cluster, -1 before clustering

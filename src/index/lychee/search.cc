@@ -25,7 +25,145 @@ bool Later(const Entry& a, const Entry& b) {
   return a.id > b.id;
 }
 
+// Appends the scored unit of `e` to `picks` if it fits the room (and shrinks the room); false if
+// not.
+bool Take(const ClusterIndex& index, std::span<const LooseUnit> loose, const Entry& e,
+          int64_t* tokens, int64_t* pages, std::vector<Pick>* picks) {
+  const bool is_loose = e.kind == kScoredLoose;
+  const int64_t t = is_loose ? loose[e.id].tokens : index.chunk_tokens(e.id);
+  const int64_t p = is_loose ? loose[e.id].pages : index.chunk_pages(e.id);
+  if (t > *tokens || p > *pages) return false;
+  picks->push_back({is_loose, e.id});
+  *tokens -= t;
+  *pages -= p;
+  return true;
+}
+
+void Push(std::vector<Entry>* heap, float key, int8_t kind, int32_t id) {
+  heap->push_back({key, kind, id});
+  std::push_heap(heap->begin(), heap->end(), Later);
+}
+
+void PrepareQuery(const SearchQuery& query, SearchScratch* scratch) {
+  const int d = query.dim;
+  scratch->q_norm.resize(query.group);
+  for (int g = 0; g < query.group; ++g) {
+    scratch->q_norm[g] = Norm(query.q + static_cast<size_t>(g) * d, d);
+  }
+  scratch->q_sq.resize(static_cast<size_t>(query.group) * d);
+  for (size_t i = 0; i < scratch->q_sq.size(); ++i) scratch->q_sq[i] = query.q[i] * query.q[i];
+}
+
+// max_g (q_g.c + |q_g| r). REQUIRES: PrepareQuery filled q_norm.
+float Bound(const SearchQuery& query, const SearchScratch& scratch, const float* c, float r) {
+  float b = -std::numeric_limits<float>::infinity();
+  for (int g = 0; g < query.group; ++g) {
+    b = std::max(b, DotF(query.q + static_cast<size_t>(g) * query.dim, c, query.dim) +
+                        scratch.q_norm[g] * r);
+  }
+  return b;
+}
+
+// Pops `heap` until the room is full: a node on top is expanded (`expand` pushes its children),
+// a candidate chunk on top is scored exactly and goes back by its score, and a scored unit on
+// top is taken, or ends the fill if it does not fit.
+template <typename Expand>
+void Fill(const ClusterIndex& index, int group, std::span<const LooseUnit> loose, int64_t tokens,
+          int64_t pages, ChunkScorer& scorer, std::vector<Entry>* heap, std::vector<Pick>* picks,
+          SelectionStats* stats, Expand expand) {
+  while (!heap->empty()) {
+    std::pop_heap(heap->begin(), heap->end(), Later);
+    const Entry e = heap->back();
+    heap->pop_back();
+    if (e.kind == kCoarse || e.kind == kFine) {
+      expand(e);
+    } else if (e.kind == kChunk) {
+      Push(heap, scorer.Score(e.id), kScoredChunk, e.id);
+      stats->keys_scored += static_cast<int64_t>(index.chunk_tokens(e.id)) * group;
+    } else if (!Take(index, loose, e, &tokens, &pages, picks)) {
+      break;  // the best remaining unit does not fit: the fill ends
+    }
+  }
+}
+
 }  // namespace
+
+void SpreadSelect(const ClusterIndex& index, const SearchQuery& query,
+                  std::span<const LooseUnit> loose, int64_t tokens, int64_t pages,
+                  ChunkScorer& scorer, SearchScratch* scratch, std::vector<Pick>* picks,
+                  SelectionStats* stats) {
+  picks->clear();
+  std::vector<Entry>& heap = scratch->heap;
+  heap.clear();
+  auto push = [&](float key, int8_t kind, int32_t id) { Push(&heap, key, kind, id); };
+  for (size_t i = 0; i < loose.size(); ++i)
+    push(loose[i].score, kScoredLoose, static_cast<int32_t>(i));
+  if (index.built()) {
+    ICECACHE_CHECK(index.complete());
+    PrepareQuery(query, scratch);
+    const int d = query.dim;
+    std::vector<SearchScratch::Open>& open = scratch->open;  // a max-heap by key
+    const auto less = [](const SearchScratch::Open& a, const SearchScratch::Open& b) {
+      if (a.key != b.key) return a.key < b.key;
+      if (a.kind != b.kind) return a.kind > b.kind;
+      return a.id > b.id;
+    };
+    // The estimate max_g max(q_g.c + w sqrt(2 ln n) s_g, q_g.f) of a node with n keys (search.h)
+    // and its true bound; each q_g.c is computed once for both.
+    auto add = [&](int8_t kind, int32_t id, const float* c, const float* var, const float* far,
+                   float radius, int32_t n) {
+      const float reach =
+          query.spread_weight * std::sqrt(2.0f * std::log(static_cast<float>(std::max(2, n))));
+      float key = -std::numeric_limits<float>::infinity(), bound = key;
+      for (int g = 0; g < query.group; ++g) {
+        const float* qg = query.q + static_cast<size_t>(g) * d;
+        const float qc = DotF(qg, c, d);
+        const float spread = std::sqrt(
+            std::max(0.0f, DotF(scratch->q_sq.data() + static_cast<size_t>(g) * d, var, d)));
+        key = std::max(key, std::max(qc + reach * spread, DotF(qg, far, d)));
+        bound = std::max(bound, qc + scratch->q_norm[g] * radius);
+      }
+      open.push_back({key, bound, kind, id});
+      std::push_heap(open.begin(), open.end(), less);
+      ++stats->nodes_visited;
+    };
+    const ClusterIndex::Level& coarse = index.coarse();
+    const ClusterIndex::Level& fine = index.fine();
+    open.clear();
+    for (int32_t u = 0; u < coarse.size(); ++u) {
+      add(kCoarse, u, coarse.c(u, d), coarse.v(u, d), coarse.f(u, d), coarse.radius[u],
+          coarse.keys[u]);
+    }
+    // Candidates until they hold the page room, then as many more chunks as the room has pages
+    // (at least kExtraChunks).
+    int64_t room = pages;
+    int extra = 0;
+    while (!open.empty() && (room > 0 || extra < std::max<int64_t>(kExtraChunks, pages))) {
+      std::pop_heap(open.begin(), open.end(), less);
+      const SearchScratch::Open top = open.back();
+      open.pop_back();
+      if (top.kind == kCoarse) {
+        for (int32_t f : coarse.children[top.id]) {
+          add(kFine, f, fine.c(f, d), fine.v(f, d), fine.f(f, d), fine.radius[f], fine.keys[f]);
+        }
+      } else if (top.kind == kFine) {
+        for (int32_t ch : fine.children[top.id]) {
+          add(kChunk, ch, index.chunk_centroid(ch), index.chunk_variance(ch), index.chunk_far(ch),
+              index.chunk_radius(ch), index.chunk_tokens(ch));
+        }
+      } else {
+        push(top.bound, kChunk, top.id);
+        if (room > 0) {
+          room -= index.chunk_pages(top.id);
+        } else {
+          ++extra;
+        }
+      }
+    }
+  }
+  Fill(index, query.group, loose, tokens, pages, scorer, &heap, picks, stats,
+       [](const Entry&) { ICECACHE_CHECK_MSG(false, "SpreadSelect queues no inner node"); });
+}
 
 void SelectUnits(const ClusterIndex& index, const SearchQuery& query,
                  std::span<const LooseUnit> loose, int64_t tokens, int64_t pages,
@@ -34,64 +172,32 @@ void SelectUnits(const ClusterIndex& index, const SearchQuery& query,
   picks->clear();
   std::vector<Entry>& heap = scratch->heap;
   heap.clear();
-  const int d = query.dim, group = query.group;
-  scratch->q_norm.resize(group);
-  for (int g = 0; g < group; ++g) {
-    scratch->q_norm[g] = query.radius_scale * Norm(query.q + static_cast<size_t>(g) * d, d);
-  }
-  const float* qn = scratch->q_norm.data();
-  auto bound = [&](const float* c, float r, int32_t) {
-    float b = -std::numeric_limits<float>::infinity();
-    for (int g = 0; g < group; ++g) {
-      b = std::max(b, DotF(query.q + static_cast<size_t>(g) * d, c, d) + qn[g] * r);
-    }
-    return b;
-  };
-  auto push = [&](float key, int8_t kind, int32_t id) {
-    heap.push_back({key, kind, id});
-    std::push_heap(heap.begin(), heap.end(), Later);
-  };
+  const int d = query.dim;
+  PrepareQuery(query, scratch);
+  auto bound = [&](const float* c, float r) { return Bound(query, *scratch, c, r); };
+  auto push = [&](float key, int8_t kind, int32_t id) { Push(&heap, key, kind, id); };
 
   const ClusterIndex::Level& coarse = index.coarse();
   const ClusterIndex::Level& fine = index.fine();
   if (index.built()) {
     ICECACHE_CHECK(index.complete());
-    for (int32_t u = 0; u < coarse.size(); ++u) {
-      push(bound(coarse.c(u, d), coarse.radius[u], coarse.keys[u]), kCoarse, u);
-    }
+    for (int32_t u = 0; u < coarse.size(); ++u)
+      push(bound(coarse.c(u, d), coarse.radius[u]), kCoarse, u);
     stats->nodes_visited += coarse.size();
   }
   for (size_t i = 0; i < loose.size(); ++i)
     push(loose[i].score, kScoredLoose, static_cast<int32_t>(i));
-
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), Later);
-    const Entry e = heap.back();
-    heap.pop_back();
+  Fill(index, query.group, loose, tokens, pages, scorer, &heap, picks, stats, [&](const Entry& e) {
     if (e.kind == kCoarse) {
-      for (int32_t f : coarse.children[e.id])
-        push(bound(fine.c(f, d), fine.radius[f], fine.keys[f]), kFine, f);
+      for (int32_t f : coarse.children[e.id]) push(bound(fine.c(f, d), fine.radius[f]), kFine, f);
       stats->nodes_visited += static_cast<int64_t>(coarse.children[e.id].size());
-    } else if (e.kind == kFine) {
+    } else {
       for (int32_t ch : fine.children[e.id]) {
-        push(bound(index.chunk_centroid(ch), index.chunk_radius(ch), index.chunk_tokens(ch)),
-             kChunk, ch);
+        push(bound(index.chunk_centroid(ch), index.chunk_radius(ch)), kChunk, ch);
       }
       stats->nodes_visited += static_cast<int64_t>(fine.children[e.id].size());
-    } else if (e.kind == kChunk) {
-      push(scorer.Score(e.id), kScoredChunk, e.id);
-      stats->keys_scored += static_cast<int64_t>(index.chunk_tokens(e.id)) * group;
-    } else {
-      // The best remaining unit: take it, or stop at the first one that does not fit.
-      const bool is_loose = e.kind == kScoredLoose;
-      const int64_t t = is_loose ? loose[e.id].tokens : index.chunk_tokens(e.id);
-      const int64_t p = is_loose ? loose[e.id].pages : index.chunk_pages(e.id);
-      if (t > tokens || p > pages) break;
-      picks->push_back({is_loose, e.id});
-      tokens -= t;
-      pages -= p;
     }
-  }
+  });
 }
 
 void SelectUnitsExhaustive(const ClusterIndex& index, std::span<const float> chunk_scores,
@@ -105,13 +211,7 @@ void SelectUnitsExhaustive(const ClusterIndex& index, std::span<const float> chu
   }
   std::sort(all.begin(), all.end(), [](const Entry& a, const Entry& b) { return Later(b, a); });
   for (const Entry& e : all) {
-    const bool is_loose = e.kind == kScoredLoose;
-    const int64_t t = is_loose ? loose[e.id].tokens : index.chunk_tokens(e.id);
-    const int64_t p = is_loose ? loose[e.id].pages : index.chunk_pages(e.id);
-    if (t > tokens || p > pages) break;
-    picks->push_back({is_loose, e.id});
-    tokens -= t;
-    pages -= p;
+    if (!Take(index, loose, e, &tokens, &pages, picks)) break;
   }
 }
 

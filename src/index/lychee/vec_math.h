@@ -73,6 +73,18 @@ inline float Norm(const float* a, int n) { return std::sqrt(DotF(a, a, n)); }
 // Radii are computed in f32 and the search compares f32 dot products; a slack relative to |c| + r
 // covers the rounding of q.c, q.k and |q| r (errors of about 1e-6 of |q| (|c| + r) at head_dim
 // 128), so a stored radius bounds its members as the search computes them.
+// Per-dimension variance about `c` of n keys whose per-dimension sums are `sum` and `sum_sq`:
+// mean of (k_j - c_j)^2 = sum_sq_j / n - 2 c_j sum_j / n + c_j^2 (never below 0).
+inline void VarianceAbout(const double* sum, const double* sum_sq, int64_t n, const float* c,
+                          int dim, float* var) {
+  const double inv = 1.0 / static_cast<double>(n);
+  for (int j = 0; j < dim; ++j) {
+    const double cj = c[j];
+    const double v = sum_sq[j] * inv - 2.0 * cj * sum[j] * inv + cj * cj;
+    var[j] = static_cast<float>(v > 0 ? v : 0.0);
+  }
+}
+
 inline float PadRadius(float r, float centroid_norm) { return r + 1e-5f * (r + centroid_norm); }
 
 }  // namespace icecache::lychee
