@@ -197,7 +197,7 @@ int PageSize(const Args& a) { return static_cast<int>(std::stol(Get(a, "page", "
 
 // Rows are printed as they are measured (list quest first for the "vs quest" column).
 // search_radius: KvConfig::search_radius of icecache and lychee (-1: their defaults); page: tokens
-// per page of every policy.
+// per page of every policy. A policy written NAME:RANK (lychee:spread) runs with that rank.
 int Measure(const KeySource& keys, const std::vector<int64_t>& contexts,
             const std::vector<int64_t>& budgets, const std::vector<std::string>& policies,
             int steps, int chunk, float search_radius, int page) {
@@ -212,7 +212,9 @@ int Measure(const KeySource& keys, const std::vector<int64_t>& contexts,
       double quest_nodes = 0;
       for (const std::string& p : policies) {
         KvConfig kv;
-        kv.policy = p;
+        const size_t colon = p.find(':');  // NAME:RANK, e.g. lychee:spread
+        kv.policy = p.substr(0, colon);
+        if (colon != std::string::npos) kv.rank = p.substr(colon + 1);
         kv.budget = static_cast<int>(b);
         kv.search_radius = search_radius;
         kv.page_size = page;

@@ -19,19 +19,23 @@ struct KvConfig {
   int window = -1;       // most recent tokens always attended; -1: a quarter of the budget
   int dense_layers = 0;  // the first N layers attend densely
   // icecache: prune by centroid/radius bounds so the result equals exhaustive scoring by bound.
-  // lychee: the bound-pruned search, whose result equals exhaustive scoring of every chunk.
+  // lychee: its bound search unnarrowed, whose result equals exhaustive scoring of every chunk.
   bool exact = false;
   // icecache: how leaves are ranked. "soft": best-first search down the tree, the best leaves
   // scored by the soft maximum of their keys; "centroid": every leaf (and loose page) by the best
   // q.c of the group's query heads over its mean key c stored in the KV dtype, a linear scan, as
   // the device selection does; "auto": centroid when the selection runs in device memory (a GPU),
-  // soft otherwise. --kv-exact (bound) excludes centroid.
+  // soft otherwise. lychee: "auto", its bound search; "spread", its search ordered by the keys'
+  // spread along the query (fewer nodes; weaker on needles, docs/ACCURACY.md); "centroid", chunk
+  // pages by mean key (selectable on the device). --kv-exact (bound) excludes centroid and spread.
   std::string rank = "auto";
-  // How far the host searches of icecache (rank soft) and lychee (rank auto) look past a node's
-  // centroid, a weight w in [0, 1]: both open their index's nodes in the order of
-  // q.c + w sqrt(2 ln n) s, s the spread of the node's n keys along q (icecache/tree_search.h,
-  // lychee/search.h). Smaller weights open fewer nodes (0: centroids alone). -1: the policy's
-  // default (icecache 0.7, lychee 0.2). Not read by the exact searches (exact).
+  // How far the host searches of icecache (rank soft) and lychee (rank auto or spread) look
+  // past a node's centroid, a weight w in [0, 1]. icecache, and lychee with rank spread, open
+  // their index's nodes in the order of q.c + w sqrt(2 ln n) s, s the spread of the node's n
+  // keys along q (icecache/tree_search.h, lychee/search.h); lychee's default search prunes by
+  // q.c + w |q| r, and at 1, its true bound, picks exactly what exhaustive scoring picks. Smaller
+  // weights open fewer nodes (0: centroids alone). -1: the default (icecache 0.7, lychee 0.5,
+  // lychee with rank spread 0.2).
   float search_radius = -1;
   // icecache: consecutive layers that share one tree and one selection (1: no sharing).
   int reuse_layers = 1;

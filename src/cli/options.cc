@@ -124,19 +124,21 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
       ->check(NonNegativeInt());
   app.add_flag("--kv-exact", kv.exact,
                "icecache and lychee: bound-pruned search equal to exhaustive scoring (icecache: "
-               "by bound; lychee: by exact q.k)");
+               "by bound; lychee: by exact q.k, its auto search with w 1)");
   app.add_option("--kv-rank", kv.rank,
                  "icecache: rank leaves by soft (tree search, keys scored) or centroid (linear "
                  "scan of leaf means, as on the device); auto: centroid where selection runs on "
-                 "the GPU. lychee: auto (best-bound-first search, host) or centroid (chunk pages "
-                 "ranked by mean key, selectable on the device)")
-      ->check(CLI::IsMember({"auto", "soft", "centroid"}))
+                 "the GPU. lychee: auto (best-bound-first search, host), spread (search ordered "
+                 "by the keys' spread along the query: fewer nodes, weaker on needles) or "
+                 "centroid (chunk pages ranked by mean key, selectable on the device)")
+      ->check(CLI::IsMember({"auto", "soft", "centroid", "spread"}))
       ->capture_default_str();
   app.add_option("--kv-search-radius", kv.search_radius,
                  "icecache (rank soft) and lychee: how far the search looks past an index "
-                 "node's centroid, w in [0, 1]: nodes are opened in the order of q.c + w "
-                 "sqrt(2 ln n) s (s: the spread of the node's n keys along q); smaller: fewer "
-                 "nodes opened (default: icecache 0.7, lychee 0.2)")
+                 "node's centroid, w in [0, 1]: icecache and lychee rank spread open nodes in "
+                 "the order of q.c + w sqrt(2 ln n) s (s: the spread of the node's n keys along "
+                 "q), lychee rank auto prunes by q.c + w|q|r (1: its true bound); smaller: "
+                 "fewer nodes opened (default: icecache 0.7, lychee 0.5, lychee spread 0.2)")
       ->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--kv-reuse-layers", kv.reuse_layers,
                  "icecache: consecutive layers sharing one tree and selection")

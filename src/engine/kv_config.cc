@@ -23,7 +23,8 @@ int KvConfig::ResolvedWindow() const {
 
 float KvConfig::ResolvedSearchRadius() const {
   if (search_radius >= 0) return search_radius;
-  return policy == "lychee" ? 0.2f : 0.7f;
+  if (policy != "lychee") return 0.7f;
+  return rank == "spread" ? 0.2f : 0.5f;
 }
 
 Status KvConfig::Validate() const {
@@ -54,17 +55,21 @@ Status KvConfig::Validate() const {
                            std::to_string(page_size) + ")");
   }
   if (reuse_layers < 1) return InvalidArgument("--kv-reuse-layers must be >= 1");
-  if (rank != "auto" && rank != "soft" && rank != "centroid") {
-    return InvalidArgument("--kv-rank must be auto, soft or centroid, not '" + rank + "'");
+  if (rank != "auto" && rank != "soft" && rank != "centroid" && rank != "spread") {
+    return InvalidArgument("--kv-rank must be auto, soft, centroid or spread, not '" + rank + "'");
   }
   if (policy == "lychee" && rank == "soft") {
     return InvalidArgument(
-        "--kv-rank soft is icecache's tree search; lychee ranks by auto (its bound search) or "
-        "centroid (page mean keys)");
+        "--kv-rank soft is icecache's tree search; lychee ranks by auto (its bound search), "
+        "spread (its search ordered by the keys' spread) or centroid (page mean keys)");
   }
-  if (exact && rank == "centroid") {
+  if (policy != "lychee" && rank == "spread") {
     return InvalidArgument(
-        "--kv-exact ranks leaves by their bound; it excludes --kv-rank centroid");
+        "--kv-rank spread is lychee's; icecache's soft ranking (the default on the CPU) already "
+        "orders its search by the keys' spread");
+  }
+  if (exact && (rank == "centroid" || rank == "spread")) {
+    return InvalidArgument("--kv-exact is the bound search; it excludes --kv-rank " + rank);
   }
   if (search_radius != -1 && !(search_radius >= 0.0f && search_radius <= 1.0f)) {
     return InvalidArgument("--kv-search-radius must be in [0, 1]");
@@ -83,7 +88,7 @@ std::string KvConfig::Describe() const {
   if (dense_layers > 0) d += ", " + std::to_string(dense_layers) + " dense layers";
   if ((policy == "icecache" || policy == "lychee") && exact) d += ", exact";
   if (policy == "icecache" && !exact && rank != "auto") d += ", rank " + rank;
-  if (policy == "lychee" && rank == "centroid") d += ", rank centroid";
+  if (policy == "lychee" && rank != "auto") d += ", rank " + rank;
   const bool searches =
       (policy == "icecache" || policy == "lychee") && !exact && rank != "centroid";
   if (searches && search_radius >= 0) {

@@ -166,6 +166,11 @@ TEST(CliBadInputTest, InvalidFlags) {
   ExpectCleanError(RunCommand(CliPath() + " bench --synthetic tiny --contexts 64 --decode 1 "
                                           "--kv-policy icecache --kv-exact --kv-rank centroid"),
                    "--kv-exact");
+  ExpectCleanError(RunCommand(Gen("-p hi --kv-policy icecache --kv-rank spread")),
+                   "--kv-rank spread is lychee's");
+  ExpectCleanError(RunCommand(CliPath() + " bench --synthetic tiny --contexts 64 --decode 1 "
+                                          "--kv-policy lychee --kv-exact --kv-rank spread"),
+                   "excludes --kv-rank spread");
 }
 
 TEST(CliBadInputTest, NumbersOutOfRangeSayWhatIsExpected) {

@@ -439,8 +439,8 @@ TEST_F(LycheeIndexTest, SpreadSearchFollowsTheQuery) {
     std::vector<Pick> got, want;
     SearchScratch scratch;
     SelectionStats stats;
-    SpreadSelect(ci, {q.data(), group, kDim, 0.7f}, loose, tokens, room, scorer, &scratch, &got,
-                 &stats);
+    SpreadSelect(ci, {q.data(), group, kDim, 1.0f, 0.7f}, loose, tokens, room, scorer, &scratch,
+                 &got, &stats);
     SelectUnitsExhaustive(ci, scores, loose, tokens, room, &want);
     auto score_of = [&](const Pick& p) { return p.loose ? loose[p.id].score : scores[p.id]; };
     int64_t used_tokens = 0, used_pages = 0;
@@ -463,7 +463,7 @@ TEST_F(LycheeIndexTest, SpreadSearchFollowsTheQuery) {
 
     // Room for everything: every chunk is a candidate, so the picks are exhaustive scoring's.
     const int64_t all = 1 << 20;
-    SpreadSelect(ci, {q.data(), group, kDim, 0.7f}, loose, all, all, scorer, &scratch, &got,
+    SpreadSelect(ci, {q.data(), group, kDim, 1.0f, 0.7f}, loose, all, all, scorer, &scratch, &got,
                  &stats);
     SelectUnitsExhaustive(ci, scores, loose, all, all, &want);
     ASSERT_EQ(got.size(), want.size());
@@ -527,7 +527,7 @@ TEST(LycheeSpreadSearch, FindsAFarKeyAmongKeysThatLookAway) {
   std::vector<Pick> got;
   SearchScratch scratch;
   SelectionStats stats;
-  SpreadSelect(ci, {q.data(), 1, d, 0.7f}, {}, 8, 1, scorer, &scratch, &got, &stats);
+  SpreadSelect(ci, {q.data(), 1, d, 1.0f, 0.7f}, {}, 8, 1, scorer, &scratch, &got, &stats);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_FALSE(got[0].loose);
   EXPECT_EQ(got[0].id, needle);

@@ -342,13 +342,13 @@ void LycheeIndex::SearchHead(const KvSequence& seq, int layer, int h, const floa
   SpanScorer scorer(pool, pages, spans_, qh, group, &s->floats);
   static const ClusterIndex kEmpty;
   const ClusterIndex& index = indexed ? head_index(layer, h) : kEmpty;
-  const SearchQuery query{qh, group, d, context_.config.ResolvedSearchRadius()};
-  if (context_.config.exact) {
-    SelectUnits(index, query, s->loose, tokens, page_room, scorer, &s->search, &s->picks,
-                &s->stats);
+  const KvConfig& kv = context_.config;
+  if (kv.rank == "spread") {
+    SpreadSelect(index, {qh, group, d, 1.0f, kv.ResolvedSearchRadius()}, s->loose, tokens,
+                 page_room, scorer, &s->search, &s->picks, &s->stats);
   } else {
-    SpreadSelect(index, query, s->loose, tokens, page_room, scorer, &s->search, &s->picks,
-                 &s->stats);
+    SelectUnits(index, {qh, group, d, kv.exact ? 1.0f : kv.ResolvedSearchRadius()}, s->loose,
+                tokens, page_room, scorer, &s->search, &s->picks, &s->stats);
   }
   std::vector<PageRef>& o = *out;
   for (int32_t i = 0; i < r.sink_end; ++i) o.push_back(pages[i]);

@@ -174,6 +174,7 @@ void SelectUnits(const ClusterIndex& index, const SearchQuery& query,
   heap.clear();
   const int d = query.dim;
   PrepareQuery(query, scratch);
+  for (float& n : scratch->q_norm) n *= query.radius_scale;
   auto bound = [&](const float* c, float r) { return Bound(query, *scratch, c, r); };
   auto push = [&](float key, int8_t kind, int32_t id) { Push(&heap, key, kind, id); };
 

@@ -5,7 +5,7 @@
 // group. Both searches fill the room with units in descending score while they fit the token
 // and page budget, up to the first one that does not.
 //
-// SpreadSelect (the default): nodes come out of a queue by an estimate of the best score below
+// SpreadSelect (--kv-rank spread): nodes come out of a queue by an estimate of the best score below
 // them, max_g max(q_g.c + w sqrt(2 ln n) s_g, q_g.f), as icecache's BestFirstSelect orders its
 // tree (index/icecache/tree_search.h, which says why): s_g = sqrt(sum_j q_gj^2 var_j) is the
 // spread of the node's n keys along q_g and f the node's farthest key. A coarse unit or fine
@@ -16,11 +16,14 @@
 // |q_g| r) is below the unit that ends the fill is never scored). The search only narrows what is
 // scored: it follows the query's direction through the index rather than the nodes' sizes.
 //
-// SelectUnits (--kv-exact): exact with respect to exhaustive scoring. A max-heap holds coarse
-// units, fine clusters and chunks keyed by their bound max_g (q_g.c + |q_g| r), and scored
-// units keyed by their score. When a scored unit is on top, nothing below any other entry can
-// beat it, so it is the next unit of the exhaustive order; the search stops at the first that
-// does not fit, leaving every node whose bound is below that score unexpanded.
+// SelectUnits (the default): exact with respect to exhaustive scoring when radius_scale is 1
+// (--kv-exact). A max-heap holds coarse units, fine clusters and chunks keyed by their bound
+// max_g (q_g.c + |q_g| r), and scored units keyed by their score. When a scored unit is on top,
+// nothing below any other entry can beat it, so it is the next unit of the exhaustive order; the
+// search stops at the first that does not fit, leaving every node whose bound is below that
+// score unexpanded. Below 1 every bound is narrowed to max_g (q_g.c + s |q_g| r): the search
+// stays the same, but nodes whose narrowed bound falls below the unit that ends the fill are
+// never opened, an approximation that opens far fewer nodes on real keys.
 #pragma once
 
 #include <cstdint>
@@ -54,7 +57,8 @@ struct SearchQuery {
   const float* q = nullptr;  // [group][dim], the query heads of one KV head
   int group = 1;
   int dim = 0;
-  float spread_weight = 0.7f;  // SpreadSelect's w in [0, 1]
+  float radius_scale = 1;      // SelectUnits: 1, exact bounds; < 1, narrowed (see above)
+  float spread_weight = 0.2f;  // SpreadSelect's w in [0, 1]
 };
 
 // Candidate chunks SpreadSelect gathers beyond those that hold the page room, at the least
