@@ -69,10 +69,11 @@ class LycheeIndexTest : public ::testing::Test {
   }
 
   // An index over 2800 or more tokens of 6 topics (seed `seed`), appended in pieces of up to 200
-  // tokens, with budget 96.
+  // tokens, with budget 96 and rank `rank`.
   std::pair<std::unique_ptr<LycheeIndex>, std::unique_ptr<KvHarness>> FilledWithTopics(
-      uint64_t seed, TestRng& rng) {
-    const KvConfig kv = Config(96);
+      uint64_t seed, TestRng& rng, const std::string& rank = "auto") {
+    KvConfig kv = Config(96);
+    kv.rank = rank;
     auto index = MakeIndex(kv);
     auto h = MakeHarness(kv, 3000);
     TopicKeys keys(kDim, 6, seed);
@@ -202,8 +203,12 @@ void ExpectRadiiBound(const LycheeIndex& index, const KvSequence& seq) {
       }
       for (int n : chunk_seen) ASSERT_EQ(n, 1);
       for (int n : fine_seen) ASSERT_EQ(n, 1);
-      // The spread statistics: every node's variance about its centroid is that of the keys
-      // below it, and its farthest key is one of them, within its radius.
+      // The spread statistics (rank spread): every node's variance about its centroid is that
+      // of the keys below it, and its farthest key is one of them, within its radius.
+      if (!ci.spread_stats()) {
+        ASSERT_TRUE(ci.fine().variance.empty() && ci.fine().far.empty());
+        continue;
+      }
       std::vector<float> fine_keys, coarse_keys;
       for (int32_t c = 0; c < ci.chunks(); ++c) {
         ASSERT_NO_FATAL_FAILURE(ExpectSpread(chunk_keys[c], ci.chunk_centroid(c),
@@ -306,9 +311,11 @@ TEST_F(LycheeIndexTest, NothingHappensWhileTheContextFitsTheBudget) {
 }
 
 TEST_F(LycheeIndexTest, InvariantsHoldUnderRandomInsertions) {
-  const KvConfig kv = Config(64);
   for (uint64_t seed : {11u, 12u, 13u}) {
     SCOPED_TRACE(seed);
+    // Seed 11 with the default rank, 12 and 13 with rank spread (which keeps spread statistics).
+    KvConfig kv = Config(64);
+    if (seed != 11) kv.rank = "spread";
     auto index = MakeIndex(kv);
     auto h = MakeHarness(kv, 2600);
     TestRng rng(seed);
@@ -424,7 +431,7 @@ TEST_F(LycheeIndexTest, PrunedSearchPicksWhatExhaustiveScoringPicks) {
 // exactly what exhaustive scoring picks.
 TEST_F(LycheeIndexTest, SpreadSearchFollowsTheQuery) {
   TestRng rng(7);
-  auto [index, h] = FilledWithTopics(7, rng);
+  auto [index, h] = FilledWithTopics(7, rng, "spread");
   const int group = kHeads / kKvHeads;
   int64_t visited = 0, possible = 0, agreed = 0, wanted = 0;
   for (int trial = 0; trial < 60; ++trial) {
@@ -485,7 +492,7 @@ TEST_F(LycheeIndexTest, SpreadSearchFollowsTheQuery) {
 TEST(LycheeSpreadSearch, FindsAFarKeyAmongKeysThatLookAway) {
   constexpr int d = kDim;
   TestRng rng(3);
-  ClusterIndex ci(d);
+  ClusterIndex ci(d, /*spread_stats=*/true);
   std::vector<float> keys;
   std::vector<int64_t> offsets = {0};
   std::vector<float> q(d, 0.0f);

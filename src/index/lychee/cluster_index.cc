@@ -13,8 +13,6 @@ int32_t ClusterIndex::AddChunk(const float* keys, int n, int pages) {
   ICECACHE_CHECK(n >= 1 && pages >= 1 && dim_ > 0);
   const size_t at = chunk_centroid_.size();
   chunk_centroid_.resize(at + dim_, 0.0f);
-  chunk_variance_.resize(at + dim_, 0.0f);
-  chunk_far_.resize(at + dim_, 0.0f);
   float* c = chunk_centroid_.data() + at;
   std::vector<double> sum(dim_, 0.0);
   for (int t = 0; t < n; ++t) {
@@ -23,15 +21,20 @@ int32_t ClusterIndex::AddChunk(const float* keys, int n, int pages) {
   for (int j = 0; j < dim_; ++j) c[j] = static_cast<float>(sum[j] / n);
   float r2 = -1;
   int far = 0;
-  std::vector<double> var(dim_, 0.0);
   for (int t = 0; t < n; ++t) {
-    const float* k = keys + static_cast<size_t>(t) * dim_;
-    const float d2 = SqDist(k, c, dim_);
+    const float d2 = SqDist(keys + static_cast<size_t>(t) * dim_, c, dim_);
     if (d2 > r2) r2 = d2, far = t;
-    for (int j = 0; j < dim_; ++j) var[j] += (static_cast<double>(k[j]) - c[j]) * (k[j] - c[j]);
   }
-  for (int j = 0; j < dim_; ++j) chunk_variance_[at + j] = static_cast<float>(var[j] / n);
-  std::copy_n(keys + static_cast<size_t>(far) * dim_, dim_, chunk_far_.data() + at);
+  if (spread_stats_) {
+    std::vector<double> var(dim_, 0.0);
+    for (int t = 0; t < n; ++t) {
+      const float* k = keys + static_cast<size_t>(t) * dim_;
+      for (int j = 0; j < dim_; ++j) var[j] += (static_cast<double>(k[j]) - c[j]) * (k[j] - c[j]);
+    }
+    for (int j = 0; j < dim_; ++j) chunk_variance_.push_back(static_cast<float>(var[j] / n));
+    chunk_far_.insert(chunk_far_.end(), keys + static_cast<size_t>(far) * dim_,
+                      keys + static_cast<size_t>(far + 1) * dim_);
+  }
   chunk_radius_.push_back(PadRadius(std::sqrt(r2), Norm(c, dim_)));
   chunk_tokens_.push_back(n);
   chunk_pages_.push_back(pages);
@@ -43,16 +46,20 @@ int32_t ClusterIndex::AddChunk(const float* keys, int n, int pages) {
 namespace {
 
 // Appends to node `id` of `level` (whose centroid is in place) what the keys of `chunks` say
-// about it: the radius (largest |k - c|, padded for rounding), the farthest key, the per-dimension
-// sums and the variance about c.
-void Summarize(const KeyTable& keys, const std::vector<int32_t>& chunks, int dim,
+// about it: the radius (largest |k - c|, padded for rounding) and, with `stats`, the farthest
+// key, the per-dimension sums and the variance about c.
+void Summarize(const KeyTable& keys, const std::vector<int32_t>& chunks, int dim, bool stats,
                ClusterIndex::Level* level, int32_t id) {
   const float* c = level->c(id, dim);
   const size_t at = static_cast<size_t>(id) * dim;
-  level->sum.resize(at + dim, 0.0);
-  level->sum_sq.resize(at + dim, 0.0);
-  double* s1 = level->sum.data() + at;
-  double* s2 = level->sum_sq.data() + at;
+  double* s1 = nullptr;
+  double* s2 = nullptr;
+  if (stats) {
+    level->sum.resize(at + dim, 0.0);
+    level->sum_sq.resize(at + dim, 0.0);
+    s1 = level->sum.data() + at;
+    s2 = level->sum_sq.data() + at;
+  }
   float r2 = 0;
   const float* far = c;
   int64_t n = 0;
@@ -61,6 +68,7 @@ void Summarize(const KeyTable& keys, const std::vector<int32_t>& chunks, int dim
       const float* k = keys.keys + row * dim;
       const float d2 = SqDist(k, c, dim);
       if (d2 > r2) r2 = d2, far = k;
+      if (!stats) continue;
       for (int j = 0; j < dim; ++j) {
         s1[j] += k[j];
         s2[j] += static_cast<double>(k[j]) * k[j];
@@ -68,6 +76,7 @@ void Summarize(const KeyTable& keys, const std::vector<int32_t>& chunks, int dim
     }
   }
   level->radius.push_back(PadRadius(std::sqrt(r2), Norm(c, dim)));
+  if (!stats) return;
   level->far.insert(level->far.end(), far, far + dim);
   level->variance.resize(at + dim, 0.0f);
   if (n > 0) VarianceAbout(s1, s2, n, c, dim, level->variance.data() + at);
@@ -97,7 +106,7 @@ void ClusterIndex::Build(const KeyTable& all, uint64_t seed) {
     coarse_.centroid.insert(coarse_.centroid.end(),
                             top.centroids.begin() + static_cast<size_t>(u) * dim_,
                             top.centroids.begin() + static_cast<size_t>(u + 1) * dim_);
-    Summarize(all, m, dim_, &coarse_, cu);
+    Summarize(all, m, dim_, spread_stats_, &coarse_, cu);
     coarse_.count.push_back(static_cast<int32_t>(m.size()));
     int32_t unit_keys = 0;
     for (int32_t c : m) unit_keys += chunk_tokens_[c];
@@ -128,7 +137,7 @@ void ClusterIndex::Build(const KeyTable& all, uint64_t seed) {
     for (int f = 0; f < sub.k; ++f) {
       const int32_t id = first_fine + f;
       const std::vector<int32_t>& ch = fine_.children[id];
-      Summarize(all, ch, dim_, &fine_, id);
+      Summarize(all, ch, dim_, spread_stats_, &fine_, id);
       fine_.count.push_back(static_cast<int32_t>(ch.size()));
       int32_t cluster_keys = 0;
       for (int32_t c : ch) cluster_keys += chunk_tokens_[c];

@@ -2,9 +2,9 @@
 // clusters, fine clusters grouped into at most kMaxCoarse coarse units. Every node keeps a
 // centroid c and a radius r with |k - c| <= r for every key k below it (all keys, not only the
 // chunk means), so for any query q and any such key: q.k = q.c + q.(k - c) <= q.c + |q| r.
-// For the spread-ordered search (search.h) every node also keeps the per-dimension variance of
-// its keys about c and its farthest key (the one that set the radius, as far as lazy inserts
-// know).
+// With spread statistics (for the spread-ordered search, search.h; lychee's --kv-rank spread)
+// every node also keeps the per-dimension variance of its keys about c and its farthest key (the
+// one that set the radius, as far as lazy inserts know); without, those arrays stay empty.
 //
 // Built top-down by k-means over chunk keys (the mean of each chunk's keys): the chunks are
 // split into coarse units, then each unit's chunks into fine clusters of about
@@ -31,7 +31,9 @@ class ClusterIndex {
   static constexpr int kClustersPerCoarse = 4;
   static constexpr int kKMeansIters = 8;
 
-  explicit ClusterIndex(int dim = 0) : dim_(dim) {}
+  explicit ClusterIndex(int dim = 0, bool spread_stats = false)
+      : dim_(dim), spread_stats_(spread_stats) {}
+  bool spread_stats() const { return spread_stats_; }
 
   // Records a chunk from its keys ([n][dim], n >= 1) with `pages` pages: its mean and radius.
   // It is not in any cluster until Build or Insert. Returns its id (0, 1, ...).
@@ -113,6 +115,7 @@ class ClusterIndex {
   double MeanRadius() const;
 
   int dim_;
+  bool spread_stats_;
   // Chunks.
   std::vector<float> chunk_centroid_;
   std::vector<float> chunk_radius_;

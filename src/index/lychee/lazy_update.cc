@@ -14,11 +14,11 @@ namespace {
 
 // Moves the centroid of a node with `count` chunks (before the new one) toward `x` by a running
 // mean and grows its radius so that it still bounds the old keys (which are at most the shift
-// further away from the new centroid) and covers the new keys. Radii never shrink. The sums take
-// in the new keys, the variance is recomputed about the moved centroid, and a new key farther
-// from it than the kept farthest key replaces that.
-void Absorb(ClusterIndex::Level* level, int32_t node, int dim, const float* x, const float* keys,
-            int n) {
+// further away from the new centroid) and covers the new keys. Radii never shrink. With `stats`,
+// the sums take in the new keys, the variance is recomputed about the moved centroid, and a new
+// key farther from it than the kept farthest key replaces that.
+void Absorb(ClusterIndex::Level* level, int32_t node, int dim, bool stats, const float* x,
+            const float* keys, int n) {
   const size_t at = static_cast<size_t>(node) * dim;
   float* c = level->centroid.data() + at;
   const int32_t count = level->count[node];
@@ -30,25 +30,28 @@ void Absorb(ClusterIndex::Level* level, int32_t node, int dim, const float* x, c
   }
   const float cn = Norm(c, dim);
   float r = level->radius[node] + std::sqrt(shift2) * (1.0f + 1e-5f) + 1e-6f * cn;
-  float* far_key = level->far.data() + at;
-  float far = SqDist(far_key, c, dim);
+  float far = 0;
   const float* farthest = nullptr;
+  for (int t = 0; t < n; ++t) {
+    const float d2 = SqDist(keys + static_cast<size_t>(t) * dim, c, dim);
+    if (d2 > far) far = d2, farthest = keys + static_cast<size_t>(t) * dim;
+  }
+  r = std::max(r, PadRadius(std::sqrt(far), cn));
+  level->radius[node] = r;
+  level->count[node] = count + 1;
+  level->keys[node] += n;
+  if (!stats) return;
   double* s1 = level->sum.data() + at;
   double* s2 = level->sum_sq.data() + at;
   for (int t = 0; t < n; ++t) {
     const float* k = keys + static_cast<size_t>(t) * dim;
-    const float d2 = SqDist(k, c, dim);
-    if (d2 > far) far = d2, farthest = k;
     for (int j = 0; j < dim; ++j) {
       s1[j] += k[j];
       s2[j] += static_cast<double>(k[j]) * k[j];
     }
   }
-  if (farthest != nullptr) std::copy_n(farthest, dim, far_key);
-  r = std::max(r, PadRadius(std::sqrt(far), cn));
-  level->radius[node] = r;
-  level->count[node] = count + 1;
-  level->keys[node] += n;
+  float* far_key = level->far.data() + at;
+  if (farthest != nullptr && far > SqDist(far_key, c, dim)) std::copy_n(farthest, dim, far_key);
   VarianceAbout(s1, s2, level->keys[node], c, dim, level->variance.data() + at);
 }
 
@@ -67,8 +70,8 @@ void ClusterIndex::Insert(int32_t id, const float* keys, int n) {
     }
   }
   const int32_t u = fine_parent_[best];
-  Absorb(&fine_, best, dim_, x, keys, n);
-  Absorb(&coarse_, u, dim_, x, keys, n);
+  Absorb(&fine_, best, dim_, spread_stats_, x, keys, n);
+  Absorb(&coarse_, u, dim_, spread_stats_, x, keys, n);
   fine_.children[best].push_back(id);
   fine_sum_sq_[best] += chunk_sq_norm_[id];
   chunk_cluster_[id] = best;

@@ -82,7 +82,7 @@ LycheeIndex::LycheeIndex(const IndexContext& context)
   const int p = context_.layout.page_size;
   sink_pages_ = (context_.limits.sink + p - 1) / p;
   heads_.assign(static_cast<size_t>(context_.layout.n_layers) * context_.layout.n_kv_heads,
-                ClusterIndex(context_.layout.head_dim));
+                ClusterIndex(context_.layout.head_dim, context_.config.rank == "spread"));
 }
 
 int64_t LycheeIndex::rebuilds() const {

@@ -100,6 +100,7 @@ void SpreadSelect(const ClusterIndex& index, const SearchQuery& query,
     push(loose[i].score, kScoredLoose, static_cast<int32_t>(i));
   if (index.built()) {
     ICECACHE_CHECK(index.complete());
+    ICECACHE_CHECK_MSG(index.spread_stats(), "spread search over an index without spread stats");
     PrepareQuery(query, scratch);
     const int d = query.dim;
     std::vector<SearchScratch::Open>& open = scratch->open;  // a max-heap by key
