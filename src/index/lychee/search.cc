@@ -44,17 +44,28 @@ void Push(std::vector<Entry>* heap, float key, int8_t kind, int32_t id) {
   std::push_heap(heap->begin(), heap->end(), Later);
 }
 
-void PrepareQuery(const SearchQuery& query, SearchScratch* scratch) {
-  const int d = query.dim;
-  scratch->q_norm.resize(query.group);
-  for (int g = 0; g < query.group; ++g) {
-    scratch->q_norm[g] = Norm(query.q + static_cast<size_t>(g) * d, d);
+// Clears `picks` and the heap, and puts the loose units on it (scored). The heap's order is total
+// (Later), so what goes on it first does not matter.
+std::vector<Entry>& StartFill(std::span<const LooseUnit> loose, SearchScratch* scratch,
+                              std::vector<Pick>* picks) {
+  picks->clear();
+  std::vector<Entry>& heap = scratch->heap;
+  heap.clear();
+  for (size_t i = 0; i < loose.size(); ++i) {
+    Push(&heap, loose[i].score, kScoredLoose, static_cast<int32_t>(i));
   }
-  scratch->q_sq.resize(static_cast<size_t>(query.group) * d);
-  for (size_t i = 0; i < scratch->q_sq.size(); ++i) scratch->q_sq[i] = query.q[i] * query.q[i];
+  return heap;
 }
 
-// max_g (q_g.c + |q_g| r). REQUIRES: PrepareQuery filled q_norm.
+// scratch->q_norm: `scale` |q_g| per query head.
+void QueryNorms(const SearchQuery& query, float scale, SearchScratch* scratch) {
+  scratch->q_norm.resize(query.group);
+  for (int g = 0; g < query.group; ++g) {
+    scratch->q_norm[g] = scale * Norm(query.q + static_cast<size_t>(g) * query.dim, query.dim);
+  }
+}
+
+// max_g (q_g.c + |q_g| r). REQUIRES: QueryNorms filled q_norm.
 float Bound(const SearchQuery& query, const SearchScratch& scratch, const float* c, float r) {
   float b = -std::numeric_limits<float>::infinity();
   for (int g = 0; g < query.group; ++g) {
@@ -92,16 +103,14 @@ void SpreadSelect(const ClusterIndex& index, const SearchQuery& query,
                   std::span<const LooseUnit> loose, int64_t tokens, int64_t pages,
                   ChunkScorer& scorer, SearchScratch* scratch, std::vector<Pick>* picks,
                   SelectionStats* stats) {
-  picks->clear();
-  std::vector<Entry>& heap = scratch->heap;
-  heap.clear();
+  std::vector<Entry>& heap = StartFill(loose, scratch, picks);
   auto push = [&](float key, int8_t kind, int32_t id) { Push(&heap, key, kind, id); };
-  for (size_t i = 0; i < loose.size(); ++i)
-    push(loose[i].score, kScoredLoose, static_cast<int32_t>(i));
   if (index.built()) {
     ICECACHE_CHECK(index.complete());
     ICECACHE_CHECK_MSG(index.spread_stats(), "spread search over an index without spread stats");
-    PrepareQuery(query, scratch);
+    QueryNorms(query, 1.0f, scratch);
+    scratch->q_sq.resize(static_cast<size_t>(query.group) * query.dim);
+    for (size_t i = 0; i < scratch->q_sq.size(); ++i) scratch->q_sq[i] = query.q[i] * query.q[i];
     const int d = query.dim;
     std::vector<SearchScratch::Open>& open = scratch->open;  // a max-heap by key
     const auto less = [](const SearchScratch::Open& a, const SearchScratch::Open& b) {
@@ -170,12 +179,9 @@ void SelectUnits(const ClusterIndex& index, const SearchQuery& query,
                  std::span<const LooseUnit> loose, int64_t tokens, int64_t pages,
                  ChunkScorer& scorer, SearchScratch* scratch, std::vector<Pick>* picks,
                  SelectionStats* stats) {
-  picks->clear();
-  std::vector<Entry>& heap = scratch->heap;
-  heap.clear();
+  std::vector<Entry>& heap = StartFill(loose, scratch, picks);
   const int d = query.dim;
-  PrepareQuery(query, scratch);
-  for (float& n : scratch->q_norm) n *= query.radius_scale;
+  QueryNorms(query, query.radius_scale, scratch);
   auto bound = [&](const float* c, float r) { return Bound(query, *scratch, c, r); };
   auto push = [&](float key, int8_t kind, int32_t id) { Push(&heap, key, kind, id); };
 
@@ -187,8 +193,6 @@ void SelectUnits(const ClusterIndex& index, const SearchQuery& query,
       push(bound(coarse.c(u, d), coarse.radius[u]), kCoarse, u);
     stats->nodes_visited += coarse.size();
   }
-  for (size_t i = 0; i < loose.size(); ++i)
-    push(loose[i].score, kScoredLoose, static_cast<int32_t>(i));
   Fill(index, query.group, loose, tokens, pages, scorer, &heap, picks, stats, [&](const Entry& e) {
     if (e.kind == kCoarse) {
       for (int32_t f : coarse.children[e.id]) push(bound(fine.c(f, d), fine.radius[f]), kFine, f);
