@@ -169,6 +169,16 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,
                              const std::function<void(int, int64_t, int64_t)>& fn) {
+  Dispatch(n, grain, fn, /*if_idle=*/false);
+}
+
+void ThreadPool::ParallelForIfIdle(int64_t n, int64_t grain,
+                                   const std::function<void(int, int64_t, int64_t)>& fn) {
+  Dispatch(n, grain, fn, /*if_idle=*/true);
+}
+
+void ThreadPool::Dispatch(int64_t n, int64_t grain,
+                          const std::function<void(int, int64_t, int64_t)>& fn, bool if_idle) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   const int64_t chunks = (n + grain - 1) / grain;
@@ -177,9 +187,18 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     fn(0, 0, n);
     return;
   }
+  const bool taken = impl_->busy.exchange(true, std::memory_order_acquire);
+  if (taken && if_idle) {
+    fn(0, 0, n);  // another outside thread's call holds the pool
+    return;
+  }
+  ICECACHE_CHECK_MSG(!taken, "ThreadPool::ParallelFor is not reentrant");
+  Run(n, grain, chunks, ranges, fn);
+}
+
+void ThreadPool::Run(int64_t n, int64_t grain, int64_t chunks, int ranges,
+                     const std::function<void(int, int64_t, int64_t)>& fn) {
   Impl& s = *impl_;
-  ICECACHE_CHECK_MSG(!s.busy.exchange(true, std::memory_order_acquire),
-                     "ThreadPool::ParallelFor is not reentrant");
   s.fn = &fn;
   s.n = n;
   s.grain = grain;

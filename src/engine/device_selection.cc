@@ -210,14 +210,45 @@ Status DeviceSelection::GrowSummaries() {
 }
 
 Status DeviceSelection::Prepare(const KvSequence& seq, int pending, Upload upload) {
-  Status status = Sync(seq, pending, upload);
+  ICECACHE_RETURN_IF_ERROR(BeginPrepare(seq, pending, upload));
+  CollectChanges(seq, pending);
+  return FinishPrepare(seq, upload);
+}
+
+Status DeviceSelection::BeginPrepare(const KvSequence& seq, int pending, Upload upload) {
+  Status status = Begin(seq, pending, upload);
   // After a failed allocation or copy, what the device holds is unknown: the next call starts
   // over, as after a truncation.
   if (!status.ok()) start_over_ = true;
   return status;
 }
 
-Status DeviceSelection::Sync(const KvSequence& seq, int pending, Upload upload) {
+Status DeviceSelection::FinishPrepare(const KvSequence& seq, Upload upload) {
+  Status status = GrowSummaries();
+  // One copy per step for everything CollectChanges found, then the scatters and the summaries
+  // on the device.
+  if (status.ok()) status = Send(upload);
+  if (!status.ok()) {
+    start_over_ = true;
+    return status;
+  }
+  if (!bound_stage_ids_.empty()) {
+    PageBoundsArgs b;
+    b.pool = seq.pool().view();
+    b.ids = bound_ids_;
+    b.lens = bound_lens_;
+    b.rows = bound_rows_;
+    b.bounds = bounds_;
+    b.spread = spread_;
+    b.resident = resident_;
+    b.slot_page = slot_page_;
+    b.slot_len = slot_len_;
+    backend_->PageBounds(b);
+  }
+  return Status::Ok();
+}
+
+Status DeviceSelection::Begin(const KvSequence& seq, int pending, Upload upload) {
   // The staging buffers are rewritten below: blocking uploads first let queued ones finish.
   if (upload == Upload::kBlocking && queued_since_sync_) {
     backend_->Synchronize();
@@ -236,14 +267,17 @@ Status DeviceSelection::Sync(const KvSequence& seq, int pending, Upload upload) 
   last_length_ = seq.length();
   host_view_ = seq.pool().view();
   if (pending > 0) ++clock_;
-  const PagePool& pool = seq.pool();
   int64_t most = 0;
   for (int l = 0; l < layers_; ++l) {
     for (int h = 0; h < heads_; ++h) {
       most = std::max<int64_t>(most, static_cast<int64_t>(seq.pages(l, h).size()));
     }
   }
-  ICECACHE_RETURN_IF_ERROR(Grow(most));
+  return Grow(most);
+}
+
+void DeviceSelection::CollectChanges(const KvSequence& seq, int pending) {
+  const PagePool& pool = seq.pool();
   // Changed entries (flat index, page id, token count, summary row), scattered into the device's
   // lists by one upload and one op per array: a step changes a few entries of most lists (the
   // growing tail page) and a few dozen of the lists an index re-arranged.
@@ -329,23 +363,6 @@ Status DeviceSelection::Sync(const KvSequence& seq, int pending, Upload upload) 
       planned_nodes_[l] += reg.window_begin - reg.sink_end;
     }
   }
-  ICECACHE_RETURN_IF_ERROR(GrowSummaries());
-  // One copy per step for everything above, then the scatters and the summaries on the device.
-  ICECACHE_RETURN_IF_ERROR(Send(upload));
-  if (!to_bound_ids.empty()) {
-    PageBoundsArgs b;
-    b.pool = seq.pool().view();
-    b.ids = bound_ids_;
-    b.lens = bound_lens_;
-    b.rows = bound_rows_;
-    b.bounds = bounds_;
-    b.spread = spread_;
-    b.resident = resident_;
-    b.slot_page = slot_page_;
-    b.slot_len = slot_len_;
-    backend_->PageBounds(b);
-  }
-  return Status::Ok();
 }
 
 PageSelectArgs DeviceSelection::SelectArgs(int layer, const Tensor& q) const {

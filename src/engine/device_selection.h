@@ -63,6 +63,14 @@ class DeviceSelection {
   // inside the transformer's input fence).
   enum class Upload { kBlocking, kQueued };
   Status Prepare(const KvSequence& seq, int pending, Upload upload = Upload::kBlocking);
+  // Prepare in three calls with the same arguments, so that a batch's sequences can run the
+  // middle one, host work alone, on several threads: BeginPrepare and FinishPrepare call the
+  // backend (one thread at a time); CollectChanges only reads `seq` and this object's host state,
+  // so calls for different objects may run at once (sequences may share a pool, which no one
+  // changes meanwhile). A failure of either backend phase makes the next call start over.
+  Status BeginPrepare(const KvSequence& seq, int pending, Upload upload);
+  void CollectChanges(const KvSequence& seq, int pending);
+  Status FinishPrepare(const KvSequence& seq, Upload upload);
   // Selects `layer`'s pages for the query row `q` ([n_heads * head_dim], backend memory).
   void Select(int layer, const Tensor& q);
   // Maps the selection into `ws` (fetching what is missing); `table` then views the attention's
@@ -93,8 +101,8 @@ class DeviceSelection {
 
  private:
   DeviceSelection() = default;
-  // Prepare's work; a failure makes the next call start over.
-  Status Sync(const KvSequence& seq, int pending, Upload upload);
+  // BeginPrepare's work: a start over where needed, and device lists long enough for `seq`.
+  Status Begin(const KvSequence& seq, int pending, Upload upload);
   // Host to backend memory, in one copy: the lists' limits and pending pages, the entries Sync
   // found changed (changed_*) and the pages to summarize (bound_stage_*). Then scatters the
   // changed entries into the device's lists and points limits_dev_, pending_dev_ and bound_*_

@@ -154,6 +154,7 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
   // The KV index workers: on the CPU they share the backend's thread count; on a GPU they are
   // the engine's only host threads besides the one that drives the device.
   e->index_workers_ = std::make_unique<ThreadPool>(options.threads);
+  e->sparse_->set_workers(e->index_workers_.get());
   if (offload) {
     // One layer of the pool (what a dense step of every sequence may list), grown on demand.
     e->staged_ = std::make_unique<StagedAttention>(e->backend_.get(), c, layout,

@@ -15,6 +15,7 @@ SparseAttention::SparseAttention(Backend* backend, const ModelConfig& config)
     : backend_(backend), config_(config) {
   batch_ops_ = EnvSwitch("ICECACHE_DEVICE_BATCH", true);
   queued_uploads_ = EnvSwitch("ICECACHE_QUEUED_UPLOADS", false);
+  parallel_prepare_ = EnvSwitch("ICECACHE_PARALLEL_PREPARE", true);
 }
 
 Status SparseAttention::Prepare(const StepContext& step) {
@@ -29,16 +30,7 @@ Status SparseAttention::Prepare(const StepContext& step) {
           "(--kv-offload on)");
     }
   }
-  for (SequenceState* st : states_) {
-    // Inside the transformer's input fence (LayerAttention::Prepare): uploads may be queued.
-    const auto upload =
-        queued_uploads_ ? DeviceSelection::Upload::kQueued : DeviceSelection::Upload::kBlocking;
-    if (st->device_select) {
-      const double t0 = NowSeconds();
-      ICECACHE_RETURN_IF_ERROR(st->device_select->Prepare(st->seq, 1, upload));
-      st->acct.prepare_s += NowSeconds() - t0;
-    }
-  }
+  ICECACHE_RETURN_IF_ERROR(PrepareDeviceSelection());
   positions_ = step.positions;
   if (row_base_.empty()) {
     ICECACHE_ASSIGN_OR_RETURN(row_base_, backend_->Allocate(DType::kI32, {1}));
@@ -56,6 +48,50 @@ Status SparseAttention::Prepare(const StepContext& step) {
     }
   }
   return Status::Ok();
+}
+
+Status SparseAttention::PrepareDeviceSelection() {
+  // Inside the transformer's input fence (LayerAttention::Prepare): uploads may be queued.
+  const auto upload =
+      queued_uploads_ ? DeviceSelection::Upload::kQueued : DeviceSelection::Upload::kBlocking;
+  std::vector<SequenceState*> device;
+  for (SequenceState* st : states_) {
+    if (st->device_select) device.push_back(st);
+  }
+  std::vector<double> took(device.size(), 0.0);
+  for (size_t i = 0; i < device.size(); ++i) {
+    const double t0 = NowSeconds();
+    const Status s = device[i]->device_select->BeginPrepare(device[i]->seq, 1, upload);
+    took[i] += NowSeconds() - t0;
+    if (!s.ok()) return s;
+  }
+  // The host work of each sequence (comparing its lists with what the device holds) on the
+  // workers when there are several sequences: at batch 20 on the 8B shape it was most of the
+  // step's host time before the first layer is queued, when the device waits (docs/PERF.md).
+  auto collect = [&](int, int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const double t0 = NowSeconds();
+      device[i]->device_select->CollectChanges(device[i]->seq, 1);
+      took[i] += NowSeconds() - t0;
+    }
+  };
+  const int64_t n = static_cast<int64_t>(device.size());
+  if (workers_ != nullptr && parallel_prepare_ && n > 1) {
+    workers_->ParallelForIfIdle(n, 1, collect);
+  } else {
+    collect(0, 0, n);
+  }
+  // Every sequence whose changes were collected uploads them, even after another one failed, so
+  // that none keeps host state that its device copy lacks.
+  Status first = Status::Ok();
+  for (size_t i = 0; i < device.size(); ++i) {
+    const double t0 = NowSeconds();
+    const Status s = device[i]->device_select->FinishPrepare(device[i]->seq, upload);
+    took[i] += NowSeconds() - t0;
+    if (!s.ok() && first.ok()) first = s;
+    device[i]->acct.prepare_s += took[i];
+  }
+  return first;
 }
 
 bool SparseAttention::NeedsHostQueries(int layer) const {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/thread_pool.h"
 #include "engine/attention_recall.h"
 #include "engine/layer_attention.h"
 #include "engine/sequence_state.h"
@@ -40,6 +41,9 @@ class SparseAttention : public LayerAttention {
 
   // The sequences of the next forward pass, in batch order (one decode token each).
   void SetBatch(std::span<SequenceState* const> states) { states_ = states; }
+
+  // Threads for the host work of a batch's device-selection prepare (may be null: one thread).
+  void set_workers(ThreadPool* workers) { workers_ = workers; }
 
   // Device-side selection waits for the device between its phases to time them (KvStats).
   void set_phase_timing(bool on) { phase_timing_ = on; }
@@ -63,6 +67,9 @@ class SparseAttention : public LayerAttention {
                     size_t end) override;
 
  private:
+  // DeviceSelection::Prepare for the batch's device-selecting sequences: the backend phases one
+  // sequence after another, the host phase on the workers.
+  Status PrepareDeviceSelection();
   // Attention of one sequence's token over a page table built from `lists` (one list per KV
   // head) in `pool`.
   Status AttendOne(const Tensor& q, const Tensor& out, int64_t token,
@@ -101,6 +108,9 @@ class SparseAttention : public LayerAttention {
   // DeviceSelection::Prepare's uploads queued instead of blocking (ICECACHE_QUEUED_UPLOADS=1).
   // Off: on the H200 at batch 20 queued uploads were no faster than blocking ones (docs/PERF.md).
   bool queued_uploads_ = false;
+  // The host phase of that prepare on workers_ (ICECACHE_PARALLEL_PREPARE=0: on this thread).
+  bool parallel_prepare_ = true;
+  ThreadPool* workers_ = nullptr;
   std::vector<int32_t> table_;  // host staging: indptr | indices | lens
   Tensor table_dev_, q_host_, row_base_;
   std::vector<float> q_f32_;

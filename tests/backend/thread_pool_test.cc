@@ -152,6 +152,48 @@ TEST(ThreadPoolTest, NestedCallsRunInline) {
   CheckCall(pool, 1000, 7);  // the pool still spreads calls from outside
 }
 
+// A second outside thread's ParallelForIfIdle, made while another call holds the pool, runs
+// inline (every index once, as range 0 on its own thread) instead of failing; with the pool free
+// it spreads the work as ParallelFor does.
+TEST(ThreadPoolTest, IfIdleRunsInlineWhileAnotherCallerHoldsThePool) {
+  ThreadPool pool(3);
+  std::atomic<bool> holding{false}, release{false};
+  std::thread holder([&] {
+    pool.ParallelFor(3, 1, [&](int thread, int64_t, int64_t) {
+      if (thread != 0) return;
+      holding = true;
+      while (!release) std::this_thread::yield();
+    });
+  });
+  while (!holding) std::this_thread::yield();
+  std::vector<Range> ranges;
+  const std::thread::id me = std::this_thread::get_id();
+  bool other_thread = false;
+  pool.ParallelForIfIdle(100, 1, [&](int thread, int64_t b, int64_t e) {
+    ranges.push_back({thread, b, e});
+    other_thread |= std::this_thread::get_id() != me;
+  });
+  release = true;
+  holder.join();
+  ASSERT_EQ(ranges.size(), 1u);
+  EXPECT_EQ(ranges[0].thread, 0);
+  EXPECT_EQ(ranges[0].begin, 0);
+  EXPECT_EQ(ranges[0].end, 100);
+  EXPECT_FALSE(other_thread);
+  // Free again: the work is spread over the pool, every index once.
+  std::vector<std::atomic<int>> hits(1000);
+  std::set<int> threads;
+  std::mutex mu;
+  pool.ParallelForIfIdle(1000, 1, [&](int thread, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) ++hits[i];
+    std::lock_guard<std::mutex> lock(mu);
+    threads.insert(thread);
+  });
+  for (const auto& h : hits) ASSERT_EQ(h.load(), 1);
+  EXPECT_EQ(threads.size(), 3u);
+  CheckCall(pool, 1000, 7);  // and plain calls still work
+}
+
 TEST(ThreadPoolTest, DestroysWhileWorkersSleepOrSpin) {
   for (int i = 0; i < 50; ++i) {
     ThreadPool pool(3);

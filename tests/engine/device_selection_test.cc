@@ -408,6 +408,14 @@ TEST_F(DeviceSelectionTest, QueuedUploadsSelectWhatBlockingUploadsSelect) {
                  GenerateThree(*dir_, {{"ICECACHE_QUEUED_UPLOADS", "1"}}));
 }
 
+// The host phase of a batch's prepare runs on the index workers, one sequence per range; with
+// ICECACHE_PARALLEL_PREPARE=0 on the calling thread. The uploads, and so the selections, are the
+// same.
+TEST_F(DeviceSelectionTest, ParallelPrepareSelectsWhatOneThreadSelects) {
+  ExpectSameRuns(GenerateThree(*dir_, {}),
+                 GenerateThree(*dir_, {{"ICECACHE_PARALLEL_PREPARE", "0"}}));
+}
+
 // ICECACHE_BATCH_HALVES=1: every layer runs for the first half of the batch (one sequence here),
 // then for the second half (two) as side work, which the CPU runs in order; the tokens, the
 // tokens attended and the hits are those of the whole batch, with batched ops and without. With a
