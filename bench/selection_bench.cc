@@ -15,14 +15,18 @@
 //       --page the tokens per page of every policy (--kv-page).
 //   selection_bench build [--context 128K] [--layers 32] [--kv-heads 8] [--dim 128]
 //                         [--threads 0,1,...] [--policy icecache] [--budget 2048] [--dtype bf16]
-//                         [--decode N] [--rank auto] [--prepare 0|1]
+//                         [--decode N] [--rank auto] [--prepare 0|1] [--route host|device]
 //       the prompt's bulk index build as the engine runs it after prefill (every list of a
 //       sequence, one OnAppend, host worker threads), timed for each thread count listed; with
 //       --decode N, then N decode tokens appended one at a time, each OnAppend timed; with
-//       --prepare 1 also DeviceSelection::Prepare before each token (rank centroid or quest).
+//       --prepare 1 also DeviceSelection::Prepare before each token (rank centroid or quest);
+//       --route device (with --prepare 1): icecache inserts at the routes the device selection
+//       computes (--kv-route device; here the CPU's reference op, inside Prepare), and the
+//       median OnAppend of the steps that insert is printed with the tokens placed each way.
 //   selection_bench synthetic [--contexts 1K,...,1M] [--budgets 256,1024] [--policies ...]
 //                             [--steps 32] [--topics 256] [--search-radius W] [--page 16]
 //       one layer, one KV head, clustered Gaussian keys (bench/selection/synthetic_keys.h).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -321,6 +325,9 @@ int Build(const Args& a) {
   o.kv.rank = Get(a, "rank", "auto");
   o.decode = static_cast<int>(std::stol(Get(a, "decode", "0")));
   o.prepare = Get(a, "prepare", "0") == "1";
+  const std::string route = Get(a, "route", "host");
+  if (route != "host" && route != "device") return Fail(InvalidArgument("--route: host or device"));
+  o.device_routes = route == "device";
   std::printf(
       "bulk build of %d x %d lists of %lld keys (d %d, %s pages), policy %s rank %s budget %d\n\n",
       o.layers, o.kv_heads, static_cast<long long>(o.context), o.dim, dtype.c_str(),
@@ -340,7 +347,19 @@ int Build(const Args& a) {
       std::printf("\nOnAppend ms of decode tokens 1 to %zu (%d threads):", r->step_seconds.size(),
                   r->threads);
       for (double s : r->step_seconds) std::printf(" %.2f", 1e3 * s);
-      std::printf("\n\n");
+      // The steps that insert (a build's first steps may not; a step under 0.05 ms took nothing
+      // in).
+      std::vector<double> busy;
+      for (double s : r->step_seconds) {
+        if (s >= 5e-5) busy.push_back(1e3 * s);
+      }
+      std::sort(busy.begin(), busy.end());
+      std::printf(
+          "\nmedian OnAppend of the %zu steps that took tokens in: %.3f ms; tokens inserted at "
+          "device routes %lld, by the tree's search %lld\n\n",
+          busy.size(), busy.empty() ? 0.0 : busy[busy.size() / 2],
+          static_cast<long long>(r->insertions.routed),
+          static_cast<long long>(r->insertions.searched));
     }
     if (!r->prepare_seconds.empty()) {
       std::printf("DeviceSelection::Prepare ms before decode tokens 1 to %zu:",

@@ -33,6 +33,9 @@ struct BulkBuildOptions {
   // Also time DeviceSelection::Prepare before each decode token (the host's share of a device-
   // selecting step; here on the CPU backend, whose copies and page bounds are host work too).
   bool prepare = false;
+  // With prepare: icecache takes its insertion routes from the device selection (--kv-route
+  // device; on the CPU backend the route op runs inside Prepare, on a GPU it is a kernel).
+  bool device_routes = false;
 };
 
 struct BulkBuildResult {
@@ -40,8 +43,9 @@ struct BulkBuildResult {
   int threads = 0;
   int64_t lists = 0;
   int64_t index_bytes = 0;  // the index's host memory after the build (SequenceIndex::MemoryBytes)
-  std::vector<double> step_seconds;     // OnAppend of each decode token
-  std::vector<double> prepare_seconds;  // DeviceSelection::Prepare before each decode token
+  std::vector<double> step_seconds;           // OnAppend of each decode token
+  std::vector<double> prepare_seconds;        // DeviceSelection::Prepare before each decode token
+  SequenceIndex::InsertionCounts insertions;  // after the decode tokens
 };
 
 // Writes the synthetic keys of positions [first, length) into every list (values only matter
@@ -129,7 +133,11 @@ inline Result<BulkBuildResult> RunBulkBuild(const BulkBuildOptions& o) {
     ICECACHE_ASSIGN_OR_RETURN(
         device, DeviceSelection::Create(*backend, o.kv, layout, o.layers, o.kv_heads, *pool, *ws));
     ICECACHE_RETURN_IF_ERROR(device->Prepare(seq, 0));  // the prompt's lists, as after prefill
+    if (o.device_routes) ICECACHE_RETURN_IF_ERROR(device->EnableRoutes());
+  } else if (o.device_routes) {
+    return InvalidArgument("--route device needs --prepare 1");
   }
+  std::vector<KeyRoute> routes;
   // Decode: one token at a time, as the engine appends them (the tokens leaving the window are
   // inserted into the index once a page of them has left it).
   const std::vector<int32_t> one(1, 0);
@@ -142,10 +150,15 @@ inline Result<BulkBuildResult> RunBulkBuild(const BulkBuildOptions& o) {
       r.prepare_seconds.push_back(NowSeconds() - t0);
     }
     ICECACHE_RETURN_IF_ERROR(FillKeys(gen, seq, workers, pos));
+    if (device && o.device_routes) {
+      ICECACHE_RETURN_IF_ERROR(device->TakeRoutes(&routes));
+      index->AcceptRoutes(routes);
+    }
     t0 = NowSeconds();
     ICECACHE_RETURN_IF_ERROR(index->OnAppend(seq, pos, one));
     r.step_seconds.push_back(NowSeconds() - t0);
   }
+  r.insertions = index->insertion_counts();
   return r;
 }
 

@@ -52,6 +52,14 @@ struct EngineOptions {
   // for batches (their prefetches queue one after another: a loss on the H200 at batch 8) and on
   // the CPU (where it only adds work). "on": also for batches.
   std::string kv_prefetch = "auto";
+  // Where icecache finds the leaf a token joins when it leaves the recent window: "host" (the
+  // index's beam search down its tree, during the index update) or "device" (device-side
+  // selection computes, at each decode step, the leaf with the nearest mean key for every whole
+  // page that left the window, with its summaries in backend memory; the update then only moves
+  // rows; tokens it has no route for are searched on the host). "device" applies to icecache
+  // sessions, which must then select on the device; other policies ignore it. The CPU backend
+  // runs it with its reference op when asked.
+  std::string kv_route = "host";
   // When a decode step's index updates (indexes taking in the tokens that left the recent window)
   // run: "beside" the next step's device work, on a host thread while the device computes;
   // "after" the step, the device idle; "auto": beside on a GPU. Beside needs every indexed
@@ -142,6 +150,11 @@ struct KvStats {
   // the engine's pool (shared by the sequences that select on the device).
   bool device_select = false;
   int64_t device_index_bytes = 0;
+  // Tokens the index has inserted one by one into its leaves (icecache; not bulk builds; totals
+  // over the session, not per step): at the leaf a route from the device named (--kv-route
+  // device), and by its own tree search.
+  int64_t tokens_routed_device = 0;
+  int64_t tokens_routed_host = 0;
   // Attention-mass recall (KvConfig::recall): per (decode step, layer, query head) the exact
   // softmax mass on the attended tokens over the mass of every token; layers that attended a
   // selection (every layer for "full"). recall_samples == 0: not measured.

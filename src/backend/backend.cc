@@ -177,6 +177,18 @@ void Backend::MapPages(const PageMapArgs& args) {
   DoMapPages(args);
 }
 
+void Backend::RouteKeys(const KeyRouteArgs& args) {
+  const int64_t n = args.slots.numel();
+  ICECACHE_CHECK(args.slots.dtype() == DType::kI32 && args.out.dtype() == DType::kI32);
+  ICECACHE_CHECK(args.ranges.dtype() == DType::kI32 && args.ranges.numel() == 3 * n);
+  ICECACHE_CHECK(args.out.numel() == n);
+  ICECACHE_CHECK(args.list_rows.dtype() == DType::kI32 && args.list_rows.ndim() == 2);
+  ICECACHE_CHECK(args.bounds.ndim() == 3 && args.bounds.dim(1) == 1 &&
+                 args.bounds.dtype() == kMeanKeyDType && args.bounds.dim(2) == args.pool.head_dim &&
+                 MeanKeyFits(args.pool.head_dim));
+  if (n > 0) DoRouteKeys(args);
+}
+
 void Backend::SelectPagesBatch(std::span<const PageSelectArgs> args) {
   for (const PageSelectArgs& a : args) CheckSelectPages(a);
   if (!args.empty()) DoSelectPagesBatch(args);

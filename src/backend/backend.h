@@ -143,6 +143,22 @@ struct PageMapArgs {
   int32_t clock = 0;
 };
 
+// Arguments of Backend::RouteKeys: the leaf each key that left the recent window joins when
+// icecache inserts it (--kv-route device), chosen in backend memory from the summaries that
+// device-side selection keeps. Key i is row slots[i] % page_size of page slots[i] / page_size of
+// `pool`, as stored; it goes to the entry e of list row r in [first, end) (ranges[i] = r, first,
+// end) whose mean key c (summary row list_rows[r, e] of `bounds`, read back from Q8_0) is
+// nearest: the smallest sum over dimensions in order of fma(k_j - c_j, k_j - c_j, s), ties to the
+// lower entry. out[i] = e, or -1 when the range is empty (or every distance is NaN).
+struct KeyRouteArgs {
+  KvPoolView pool;   // the keys' pool (the host tier; mapped host memory on a GPU)
+  Tensor slots;      // i32 [n]
+  Tensor ranges;     // i32 [n, 3]: list row, first entry, end entry (0 <= first, end <= stride)
+  Tensor list_rows;  // i32 [rows, stride]: each entry's summary row
+  Tensor bounds;     // [summary rows, 1, head_dim] of kMeanKeyDType: PageBounds' mean keys
+  Tensor out;        // i32 [n]
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -280,6 +296,8 @@ class Backend {
   void PageBounds(const PageBoundsArgs& args);
   void SelectPages(const PageSelectArgs& args);
   void MapPages(const PageMapArgs& args);
+  // Insertion routes over the same summaries (KeyRouteArgs).
+  void RouteKeys(const KeyRouteArgs& args);
   // Batches of independent calls (the sequences of one decode step), each entry with the result
   // of the single call: a GPU runs each kernel once for all of them instead of once per entry.
   // Entries must not write the same memory; AttentionBatch takes one query token per entry.
@@ -325,6 +343,7 @@ class Backend {
   virtual void DoPageBounds(const PageBoundsArgs& args) = 0;
   virtual void DoSelectPages(const PageSelectArgs& args) = 0;
   virtual void DoMapPages(const PageMapArgs& args) = 0;
+  virtual void DoRouteKeys(const KeyRouteArgs& args) = 0;
   virtual void DoSelectPagesBatch(std::span<const PageSelectArgs> args) {
     for (const PageSelectArgs& a : args) DoSelectPages(a);
   }

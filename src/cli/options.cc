@@ -16,6 +16,7 @@ EngineOptions ModelOptions::ToEngineOptions() const {
   e.kv_offload = kv_offload;
   e.kv_select = kv_select;
   e.kv_prefetch = kv_prefetch;
+  e.kv_route = kv_route;
   e.index_update = index_update;
   e.kv_timing = kv_timing;
   e.device_mem_limit = device_mem_limit;
@@ -165,6 +166,13 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
                  "auto (device where supported, "
                  "on a GPU)")
       ->check(CLI::IsMember({"auto", "device", "host"}))
+      ->capture_default_str();
+  app.add_option("--kv-route", o->kv_route,
+                 "icecache: where a token leaving the recent window finds its leaf: host (the "
+                 "index's tree search during the update) or device (the nearest leaf mean key, "
+                 "computed by device-side selection during the step; needs --kv-select device "
+                 "or auto on a GPU; on the CPU backend a slow reference op)")
+      ->check(CLI::IsMember({"host", "device"}))
       ->capture_default_str();
   app.add_option("--kv-prefetch", o->kv_prefetch,
                  "device-side selection: while a layer computes, fetch the next layer's likely "

@@ -25,6 +25,7 @@ struct ModelOptions {
   std::string kv_offload = "auto";
   std::string kv_select = "auto";
   std::string kv_prefetch = "auto";
+  std::string kv_route = "host";
   std::string index_update = "auto";
   bool kv_timing = false;
   int64_t device_mem_limit = 0;  // bytes; 0: no cap

@@ -50,6 +50,8 @@ nlohmann::json KvStatsToJson(const KvStats& s) {
       {"index_bytes", s.index_bytes},
       {"device_select", s.device_select},
       {"device_index_bytes", s.device_index_bytes},
+      {"tokens_routed_device", s.tokens_routed_device},
+      {"tokens_routed_host", s.tokens_routed_host},
       {"recall_samples", s.recall_samples},
       {"recall_mean", s.recall_mean},
       {"recall_p10", s.recall_p10},
@@ -96,6 +98,13 @@ std::string KvStatsText(const KvStats& s, double prefill_seconds) {
         HumanBytes(s.device_index_bytes), HumanBytes(device),
         s.host_kv_bytes > 0 ? 100.0 * static_cast<double>(device) / s.host_kv_bytes : 0.0,
         ms(s.prepare_seconds));
+    if (s.tokens_routed_device > 0) {
+      const int64_t all = s.tokens_routed_device + s.tokens_routed_host;
+      text += fmt::format(
+          "\ninsertion        {} of {} tokens placed at the leaf routed on the device ({:.1f}%), "
+          "the rest by the host's tree search",
+          s.tokens_routed_device, all, 100.0 * static_cast<double>(s.tokens_routed_device) / all);
+    }
     if (s.pages_prefetched > 0) {
       text += fmt::format(
           "\nprefetch         {:.1f} pages per step brought in ahead of their layer (in the "

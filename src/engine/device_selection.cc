@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "index/icecache/icecache_index.h"
 #include "index/regions.h"
 #include "kv/key_mean.h"
 
@@ -121,7 +122,8 @@ Status DeviceSelection::Send(Upload upload) {
   const int64_t rows = static_cast<int64_t>(layers_) * heads_;
   const int64_t n = static_cast<int64_t>(changed_idx_.size());
   const int64_t m = static_cast<int64_t>(bound_stage_ids_.size());
-  const int64_t total = 6 * rows + 4 * n + 3 * m;
+  const int64_t k = static_cast<int64_t>(route_slots_.size());
+  const int64_t total = 6 * rows + 4 * n + 3 * m + 4 * k;
   // The staging buffer is replaced only once copies queued from it have run, the device buffer
   // once the kernels that read its views (the last summaries, selections and maps) have: growth
   // is rare, so it waits for the device.
@@ -139,11 +141,12 @@ Status DeviceSelection::Send(Upload upload) {
     ICECACHE_ASSIGN_OR_RETURN(upload_dev_, backend_->Allocate(DType::kI32, {size}));
   }
   // [limits 5R | pending R | changed: flat index, page id, token count, summary row (n each) |
-  //  pages to summarize: id, token count, summary row (m each)]
+  //  pages to summarize: id, token count, summary row (m each) | keys to route: host slot (k),
+  //  list row, first entry, end entry (3k)]
   int32_t* at = upload_stage_.data_as<int32_t>();
   for (const std::vector<int32_t>* v :
        {&limits_host_, &pending_host_, &changed_idx_, &changed_ids_, &changed_lens_, &changed_rows_,
-        &bound_stage_ids_, &bound_stage_lens_, &bound_stage_rows_}) {
+        &bound_stage_ids_, &bound_stage_lens_, &bound_stage_rows_, &route_slots_, &route_ranges_}) {
     at = std::copy(v->begin(), v->end(), at);
   }
   const Tensor dev = upload_dev_.Slice(0, total);
@@ -171,6 +174,8 @@ Status DeviceSelection::Send(Upload upload) {
   bound_ids_ = next(m);
   bound_lens_ = next(m);
   bound_rows_ = next(m);
+  route_slots_dev_ = next(k);
+  route_ranges_dev_ = next(3 * k);
   return Status::Ok();
 }
 
@@ -245,6 +250,54 @@ Status DeviceSelection::FinishPrepare(const KvSequence& seq, Upload upload) {
     b.slot_len = slot_len_;
     backend_->PageBounds(b);
   }
+  if (!route_keys_.empty()) {
+    const int64_t k = static_cast<int64_t>(route_keys_.size());
+    if (route_dev_.empty() || route_dev_.numel() < k) {
+      const int64_t size = std::max<int64_t>(1024, k + k / 4);
+      Result<Tensor> dev = backend_->Allocate(DType::kI32, {size});
+      Result<Tensor> host =
+          dev.ok() ? backend_->AllocateStaging(DType::kI32, {size}) : Result<Tensor>(dev.status());
+      if (!host.ok()) {
+        route_keys_.clear();  // nothing routed: the index searches for these tokens itself
+        start_over_ = true;
+        return host.status();
+      }
+      route_dev_ = std::move(*dev);
+      route_host_ = std::move(*host);
+    }
+    KeyRouteArgs r;
+    r.pool = seq.pool().view();
+    r.slots = route_slots_dev_;
+    r.ranges = route_ranges_dev_.Reshape({k, 3});
+    r.list_rows = list_rows_;
+    r.bounds = bounds_;
+    r.out = route_dev_.Slice(0, k);
+    backend_->RouteKeys(r);
+    routes_waiting_ = true;
+  }
+  return Status::Ok();
+}
+
+Status DeviceSelection::EnableRoutes() {
+  if (config_.policy != "icecache") {
+    return Unsupported("--kv-route device: only icecache inserts tokens into leaves");
+  }
+  route_ = true;
+  routed_to_.assign(static_cast<size_t>(layers_) * heads_, 0);
+  return Status::Ok();
+}
+
+Status DeviceSelection::TakeRoutes(std::vector<KeyRoute>* out) {
+  out->clear();
+  if (!routes_waiting_) return Status::Ok();
+  routes_waiting_ = false;
+  const int64_t k = static_cast<int64_t>(route_keys_.size());
+  ICECACHE_RETURN_IF_ERROR(backend_->Copy(route_dev_.Slice(0, k), route_host_.Slice(0, k)));
+  backend_->Synchronize();
+  const int32_t* entry = route_host_.data_as<const int32_t>();
+  out->assign(route_keys_.begin(), route_keys_.end());
+  for (int64_t i = 0; i < k; ++i) (*out)[i].entry = entry[i];
+  route_keys_.clear();
   return Status::Ok();
 }
 
@@ -263,6 +316,7 @@ Status DeviceSelection::Begin(const KvSequence& seq, int pending, Upload upload)
     free_rows_.clear();
     rows_handed_out_ = 0;
     ResetResidency();
+    std::fill(routed_to_.begin(), routed_to_.end(), 0);
   }
   last_length_ = seq.length();
   host_view_ = seq.pool().view();
@@ -291,6 +345,12 @@ void DeviceSelection::CollectChanges(const KvSequence& seq, int pending) {
   to_bound_ids.clear();
   to_bound_lens.clear();
   to_bound_rows.clear();
+  route_slots_.clear();
+  route_ranges_.clear();
+  // Routes computed before and not taken are dropped (their step's update went without them).
+  route_keys_.clear();
+  routes_waiting_ = false;
+  const int p_size = layout_.page_size;
   int32_t* lim = limits_host_.data();
   int32_t* pend = pending_host_.data();
   const int64_t length = seq.length();
@@ -361,6 +421,25 @@ void DeviceSelection::CollectChanges(const KvSequence& seq, int pending) {
       row[3] = limits_.budget - reg.sink_tokens - reg.window_tokens;
       row[4] = limits_.max_pages - reg.sink_end - (reg.end - reg.window_begin);
       planned_nodes_[l] += reg.window_begin - reg.sink_end;
+      // Loose pages (whole pages between the leaves and the window) not routed yet, against
+      // the leaf entries [sink_end, tail), once the index update after this step takes them in
+      // (the list's insertions are staggered: IceCacheIndex::Stagger), so that a step routes
+      // the pages of a few lists rather than one page of every list every page_size steps.
+      const int32_t tail = seq.tail_index(l, h);
+      if (!route_ || pending == 0 || tail <= reg.sink_end) continue;
+      const int64_t due =
+          length - limits_.window - ice::IceCacheIndex::Stagger(config_, layout_, l, h);
+      int64_t pos = seq.tail_pos(l, h);
+      for (int32_t e = tail; e < reg.window_begin && pos + p_size <= due; ++e, pos += p_size) {
+        const PageRef& page = pages[e];
+        if (pos < routed_to_[r]) continue;
+        for (int t = 0; t < page.len; ++t) {
+          route_slots_.push_back(page.id * p_size + t);
+          route_ranges_.insert(route_ranges_.end(), {static_cast<int32_t>(r), reg.sink_end, tail});
+          route_keys_.push_back({l, h, pos + t, -1});
+        }
+        routed_to_[r] = pos + page.len;
+      }
     }
   }
 }
@@ -448,7 +527,7 @@ int64_t DeviceSelection::device_bytes() const {
   int64_t b = 0;
   for (const Tensor* t : {&list_ids_, &list_lens_, &list_rows_, &scores_, &out_ids_, &out_lens_,
                           &out_count_, &resident_, &slot_page_, &slot_len_, &slot_used_, &table_,
-                          &fetch_, &counters_, &upload_dev_}) {
+                          &fetch_, &counters_, &upload_dev_, &route_dev_}) {
     b += t->empty() ? 0 : t->numel() * 4;
   }
   return b;

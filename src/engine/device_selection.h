@@ -87,6 +87,16 @@ class DeviceSelection {
   // would have selected without it.
   void Prefetch(int layer, const Tensor& q, const WorkingSet& ws);
 
+  // Insertion routes on the device (--kv-route device, icecache only): from then on, each
+  // decode step's Prepare routes the tokens of every loose page (a whole page between a list's
+  // leaves and its window) not routed before to the leaf entry with the nearest mean key
+  // (Backend::RouteKeys, after the step's summaries), and TakeRoutes hands them over once the
+  // step's device work is done, for the index update that takes those tokens in.
+  Status EnableRoutes();
+  bool routes_enabled() const { return route_; }
+  // The routes of the last Prepare, if any (waits for the device); none twice.
+  Status TakeRoutes(std::vector<KeyRoute>* out);
+
   // The candidate pages scored at this step for `layer` (nodes), summed over its KV heads.
   int64_t planned_nodes(int layer) const { return planned_nodes_[layer]; }
   // Pages listed, hits, pages fetched and prefetched, and tokens listed so far (reads the device
@@ -160,6 +170,15 @@ class DeviceSelection {
   bool queued_since_sync_ = false;  // an upload was queued and may not have run yet
   KvPoolView host_view_;
   std::vector<int64_t> planned_nodes_;
+  // Routes (EnableRoutes). Per list: positions below routed_to_ were routed. Per key of this
+  // call: its host slot, its range (list row, first entry, end entry) and its route's list and
+  // position; route_dev_ receives the entries, route_host_ reads them back.
+  bool route_ = false;
+  std::vector<int64_t> routed_to_;
+  std::vector<int32_t> route_slots_, route_ranges_;
+  std::vector<KeyRoute> route_keys_;
+  bool routes_waiting_ = false;  // route_dev_ holds routes not yet taken
+  Tensor route_slots_dev_, route_ranges_dev_, route_dev_, route_host_;
 };
 
 }  // namespace icecache

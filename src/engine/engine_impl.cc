@@ -96,6 +96,9 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
     return InvalidArgument("--kv-select: expected auto, device or host, got '" + options.kv_select +
                            "'");
   }
+  if (options.kv_route != "host" && options.kv_route != "device") {
+    return InvalidArgument("--kv-route: expected host or device, got '" + options.kv_route + "'");
+  }
   if (options.kv_prefetch != "auto" && options.kv_prefetch != "on" &&
       options.kv_prefetch != "off") {
     return InvalidArgument("--kv-prefetch: expected auto, on or off, got '" + options.kv_prefetch +
@@ -345,6 +348,14 @@ Result<Tensor> EngineImpl::DecodeStep(SequenceState& state, int32_t token) {
 
 Status EngineImpl::AfterDecodeStep(std::span<SequenceState* const> states,
                                    std::span<const int32_t> tokens, bool beside_next) {
+  // Routes the step computed on the device (--kv-route device) go to the indexes before the
+  // updates that take those tokens in (none runs now: updates beside the step were joined).
+  std::vector<KeyRoute> routes;
+  for (SequenceState* st : states) {
+    if (!st->index || !st->device_select || !st->device_select->routes_enabled()) continue;
+    ICECACHE_RETURN_IF_ERROR(st->device_select->TakeRoutes(&routes));
+    if (!routes.empty()) st->index->AcceptRoutes(routes);
+  }
   for (size_t i = 0; i < states.size(); ++i) {
     if (states[i]->index) pending_.push_back({states[i], states[i]->seq.length() - 1, tokens[i]});
   }
@@ -641,6 +652,15 @@ Result<std::unique_ptr<SequenceState>> EngineImpl::NewState(const KvConfig* kv) 
         WorkingSet::Create(*backend_, pool_->layout(), info_.n_layers * info_.n_kv_heads, capacity,
                            scratch));
     if (on_device) ICECACHE_RETURN_IF_ERROR(StartDeviceSelection(*state));
+    if (options_.kv_route == "device" && config.policy == "icecache") {
+      if (!on_device) {
+        return Unsupported(
+            "--kv-route device: insertion routes are computed by device-side selection, which "
+            "this icecache session does not use (it needs --kv-select device or auto on a GPU, "
+            "rank centroid, no --kv-exact, no --kv-reuse-layers, no --kv-recall)");
+      }
+      ICECACHE_RETURN_IF_ERROR(state->device_select->EnableRoutes());
+    }
   }
   return state;
 }

@@ -30,6 +30,11 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
   // page, plus the rows of the last growth not yet used).
   s.device_index_bytes =
       device_select ? device_select->device_bytes() + device_select->bounds_bytes() : 0;
+  if (index) {
+    const SequenceIndex::InsertionCounts ins = index->insertion_counts();
+    s.tokens_routed_device = ins.routed;
+    s.tokens_routed_host = ins.searched;
+  }
   s.prompt_index_seconds = prompt_index_s;
   s.recall_samples = acct.recall.samples();
   s.recall_mean = acct.recall.Mean();

@@ -53,6 +53,17 @@ struct SelectionStats {
   int64_t keys_scored = 0;    // exact q.k products
 };
 
+// An insertion route computed outside the index (--kv-route device: Backend::RouteKeys over the
+// summaries of device-side selection): the token at `position` of list (layer, head), once it
+// leaves the recent window, joins the page at list entry `entry` (as the list was when the route
+// was computed).
+struct KeyRoute {
+  int32_t layer = 0;
+  int32_t head = 0;
+  int64_t position = 0;
+  int32_t entry = -1;
+};
+
 class SequenceIndex {
  public:
   virtual ~SequenceIndex() = default;
@@ -109,6 +120,18 @@ class SequenceIndex {
   // pages). An OnAppend the engine then skips (a failed step) must lose nothing: the next one
   // takes in what it missed. Default: false (OnAppend runs after the step, the device idle).
   virtual bool UpdatesBesideDeviceReads() const { return false; }
+
+  // Routes for tokens the next OnAppends take in (KeyRoute). An index that arranges tokens into
+  // pages by similarity may follow them instead of searching itself; the result must stay a
+  // valid arrangement whatever the routes say. Never called while OnAppend runs. Default:
+  // ignored.
+  virtual void AcceptRoutes(std::span<const KeyRoute> routes) {}
+  // Tokens inserted so far at the leaf a KeyRoute named, and by the index's own search.
+  struct InsertionCounts {
+    int64_t routed = 0;
+    int64_t searched = 0;
+  };
+  virtual InsertionCounts insertion_counts() const { return {}; }
 };
 
 // The limits a config implies (budget, page count, resolved sink and window).

@@ -171,6 +171,11 @@ TEST(CliBadInputTest, InvalidFlags) {
   ExpectCleanError(RunCommand(CliPath() + " bench --synthetic tiny --contexts 64 --decode 1 "
                                           "--kv-policy lychee --kv-exact --kv-rank spread"),
                    "excludes --kv-rank spread");
+  ExpectCleanError(RunCommand(Gen("-p hi --kv-route gpu")), "--kv-route");
+  ExpectCleanError(
+      RunCommand(CliPath() + " bench --synthetic tiny --contexts 64 --decode 1 "
+                             "--kv-policy icecache --kv-select host --kv-route device"),
+      "--kv-route device");
 }
 
 TEST(CliBadInputTest, NumbersOutOfRangeSayWhatIsExpected) {

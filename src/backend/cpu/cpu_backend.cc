@@ -144,6 +144,7 @@ void CpuBackend::DoScatterI32(const Tensor& index, const Tensor& values, const T
 void CpuBackend::DoPageBounds(const PageBoundsArgs& args) { PageBoundsCpu(args); }
 void CpuBackend::DoSelectPages(const PageSelectArgs& args) { SelectPagesCpu(args); }
 void CpuBackend::DoMapPages(const PageMapArgs& args) { MapPagesCpu(args); }
+void CpuBackend::DoRouteKeys(const KeyRouteArgs& args) { RouteKeysCpu(args); }
 
 }  // namespace cpu
 

@@ -78,6 +78,7 @@ void FillRandomCpu(const CpuContext& ctx, const Tensor& t, uint64_t seed, float 
 void PageBoundsCpu(const PageBoundsArgs& args);
 void SelectPagesCpu(const PageSelectArgs& args);
 void MapPagesCpu(const PageMapArgs& args);
+void RouteKeysCpu(const KeyRouteArgs& args);  // key_route_cpu.cc
 
 class CpuBackend final : public Backend {
  public:
@@ -107,6 +108,7 @@ class CpuBackend final : public Backend {
   void DoPageBounds(const PageBoundsArgs& args) override;
   void DoSelectPages(const PageSelectArgs& args) override;
   void DoMapPages(const PageMapArgs& args) override;
+  void DoRouteKeys(const KeyRouteArgs& args) override;
 
  private:
   CpuContext context() { return {&pool_, &workspace_}; }

@@ -117,6 +117,7 @@ class CudaBackend final : public Backend {
   void DoPageBounds(const PageBoundsArgs& args) override;
   void DoSelectPages(const PageSelectArgs& args) override;
   void DoMapPages(const PageMapArgs& args) override;
+  void DoRouteKeys(const KeyRouteArgs& args) override;
   void DoSelectPagesBatch(std::span<const PageSelectArgs> args) override;
   void DoMapPagesBatch(std::span<const PageMapArgs> args) override;
   void DoAttentionBatch(std::span<const AttentionArgs> args) override;

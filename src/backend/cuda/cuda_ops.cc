@@ -323,6 +323,27 @@ void CudaBackend::DoPageBounds(const PageBoundsArgs& args) {
   CheckCuda(kernels::LaunchPageBounds(stream(), p), "PageBounds");
 }
 
+void CudaBackend::DoRouteKeys(const KeyRouteArgs& args) {
+  for (const Tensor* t : {&args.slots, &args.ranges, &args.list_rows, &args.bounds, &args.out}) {
+    OnDevice(*t);
+  }
+  ICECACHE_CHECK_MSG(args.pool.dtype == DType::kBF16, "CUDA RouteKeys: the KV pool must be bf16");
+  kernels::KeyRouteParams p;
+  p.pool_k = args.pool.k;
+  p.pool_slots = args.pool.num_pages * args.pool.page_size;
+  p.head_dim = args.pool.head_dim;
+  p.slots = args.slots.data_as<const int32_t>();
+  p.ranges = args.ranges.data_as<const int32_t>();
+  p.list_rows = args.list_rows.data_as<const int32_t>();
+  p.rows = static_cast<int>(args.list_rows.dim(0));
+  p.stride = static_cast<int>(args.list_rows.dim(1));
+  p.bounds = args.bounds.data();
+  p.summaries = args.bounds.dim(0);
+  p.out = args.out.data_as<int32_t>();
+  p.n = args.slots.numel();
+  CheckCuda(kernels::LaunchRouteKeys(stream(), p), "RouteKeys");
+}
+
 kernels::PageSelectParams CudaBackend::SelectParams(const PageSelectArgs& args) {
   for (const Tensor* t :
        {&args.q, &args.list_ids, &args.list_lens, &args.list_rows, &args.limits, &args.bounds,

@@ -313,6 +313,7 @@ void IceCacheIndex::Absorb(KvSequence& seq, int layer, int head, int64_t limit,
   if (s.tree.empty() || absorb * p >= s.tree.keys()) {
     if (RebuildList(seq, layer, head, sink_pages_, pages, &s.tree, scratch, AheadOf(layer, head))) {
       ++rebuilds_;
+      s.routes.clear();
       return;
     }
     if (s.tree.empty()) {
@@ -320,10 +321,35 @@ void IceCacheIndex::Absorb(KvSequence& seq, int layer, int head, int64_t limit,
       return;
     }
   }
-  if (InsertIntoList(seq, layer, head, sink_pages_, pages, &s.tree)) {
+  // The routes of the absorbed tokens, as leaves (-1: none); older ones are dropped.
+  const int64_t first = seq.tail_pos(layer, head), end = first + absorb * p;
+  thread_local std::vector<int32_t> routed;
+  routed.clear();
+  if (!s.routes.empty()) {
+    routed.assign(static_cast<size_t>(absorb * p), -1);
+    auto it = s.routes.lower_bound(first);
+    for (; it != s.routes.end() && it->first < end; ++it) {
+      routed[it->first - first] = it->second >= sink_pages_ ? it->second - sink_pages_ : -1;
+    }
+    s.routes.erase(s.routes.begin(), it);
+  }
+  int64_t followed = 0;
+  if (InsertIntoList(seq, layer, head, sink_pages_, pages, &s.tree, routed, &followed)) {
     ++insertions_;
+    routed_tokens_ += followed;
+    searched_tokens_ += absorb * p - followed;
   } else {
     ++skipped_;
+  }
+}
+
+void IceCacheIndex::AcceptRoutes(std::span<const KeyRoute> routes) {
+  for (const KeyRoute& r : routes) {
+    if (!Indexed(r.layer) || r.layer >= context_.layout.n_layers || r.head < 0 ||
+        r.head >= context_.layout.n_kv_heads) {
+      continue;
+    }
+    state(r.layer, r.head).routes[r.position] = r.entry;
   }
 }
 
@@ -493,10 +519,13 @@ void IceCacheIndex::SelectReused(const KvSequence& seq, int layer,
 
 void IceCacheIndex::OnTruncate(const KvSequence& seq) {
   DropAhead();  // a prompt cut short (its runs' pages may be gone)
-  // Only tail tokens are ever dropped and the trees hold none of them: nothing to forget.
+  // Only tail tokens are ever dropped and the trees hold none of them; routes for dropped
+  // positions are forgotten.
   for (int l = context_.config.dense_layers; l < context_.layout.n_layers; ++l) {
     for (int h = 0; h < context_.layout.n_kv_heads; ++h) {
       ICECACHE_CHECK(seq.tail_pos(l, h) <= seq.length());
+      auto& routes = state(l, h).routes;
+      routes.erase(routes.lower_bound(seq.length()), routes.end());
     }
   }
 }

@@ -37,6 +37,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <span>
 #include <thread>
 #include <vector>
@@ -72,6 +73,12 @@ class IceCacheIndex : public SequenceIndex {
   int64_t MemoryBytes() const override;
   int64_t AppendPagesBound(const KvSequence& seq) override;
   bool UpdatesBesideDeviceReads() const override { return true; }
+  // Keeps each route until its token is taken in (InsertIntoList follows it); a list's bulk
+  // build drops the routes it holds (they name entries of the old arrangement).
+  void AcceptRoutes(std::span<const KeyRoute> routes) override;
+  InsertionCounts insertion_counts() const override {
+    return {routed_tokens_.load(), searched_tokens_.load()};
+  }
 
   // Inspection for tests and benchmarks.
   bool started() const { return started_; }
@@ -86,11 +93,21 @@ class IceCacheIndex : public SequenceIndex {
   // How far the search goes with room for `pages` more pages: the config's search radius, and
   // pages + kExtraLeaves candidate leaves.
   static SearchWidth Width(const KvConfig& config, int64_t pages);
+  // How many positions after leaving the window a token of list (layer, head) waits, once the
+  // list's tree is built, before it is taken in: the list's index mod page_size (staggered
+  // insertions, below), or 0 with ICECACHE_INDEX_STAGGER=0.
+  static int64_t Stagger(const KvConfig& config, const KvLayout& layout, int layer, int head) {
+    if (!Staggered()) return 0;
+    const int64_t list =
+        static_cast<int64_t>(layer - config.dense_layers) * layout.n_kv_heads + head;
+    return list % layout.page_size;
+  }
 
  private:
   struct ListState {
     LeafTree tree;
     bool started = false;  // sink pages left the tail; pages before the tail are leaves
+    std::map<int64_t, int32_t> routes;  // AcceptRoutes: token position -> list entry
   };
   bool Indexed(int layer) const { return layer >= context_.config.dense_layers; }
   const ListState& state(int layer, int head) const {
@@ -106,11 +123,8 @@ class IceCacheIndex : public SequenceIndex {
   // a decode step inserts a page into about 1 / page_size of them instead of every page_size
   // steps into all at once; bulk builds (an empty tree) take everything up to `limit`.
   int64_t ListLimit(const ListState& s, int layer, int head, int64_t limit) const {
-    if (s.tree.empty() || !Staggered()) return limit;
-    const int64_t list =
-        static_cast<int64_t>(layer - context_.config.dense_layers) * context_.layout.n_kv_heads +
-        head;
-    return limit - list % context_.layout.page_size;
+    if (s.tree.empty()) return limit;
+    return limit - Stagger(context_.config, context_.layout, layer, head);
   }
   // ICECACHE_INDEX_STAGGER=0 turns the staggering off (all lists absorb at the same steps), for
   // measurements.
@@ -156,6 +170,8 @@ class IceCacheIndex : public SequenceIndex {
   std::atomic<int64_t> rebuilds_{0};
   std::atomic<int64_t> insertions_{0};
   std::atomic<int64_t> skipped_{0};
+  std::atomic<int64_t> routed_tokens_{0};
+  std::atomic<int64_t> searched_tokens_{0};
   int64_t parallel_appends_ = 0;
   std::vector<BuildScratch> scratch_;  // one per worker thread, released after each OnAppend
 

@@ -76,7 +76,7 @@ void SplitLeafPage(PagePool& pool, int dim, int32_t leaf, const float* key, int3
 }  // namespace
 
 bool InsertIntoList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32_t absorb,
-                    LeafTree* tree) {
+                    LeafTree* tree, std::span<const int32_t> routed, int64_t* followed) {
   ICECACHE_CHECK(!tree->empty());
   const int p = seq.layout().page_size, d = seq.layout().head_dim;
   PagePool& pool = seq.pool();
@@ -84,6 +84,8 @@ bool InsertIntoList(KvSequence& seq, int layer, int head, int32_t sink_pages, in
   const KvPoolView view = pool.view();
   const int32_t tail = seq.tail_index(layer, head);
   ICECACHE_CHECK(tail == sink_pages + tree->leaves());
+  ICECACHE_CHECK(routed.empty() || routed.size() == static_cast<size_t>(absorb) * p);
+  if (followed != nullptr) *followed = 0;
   seq.AdvanceTail(layer, head, absorb);
   const std::vector<PageRef>& pages = seq.pages(layer, head);
   std::vector<PageRef> leaf_pages(pages.begin() + sink_pages, pages.begin() + tail);
@@ -120,7 +122,11 @@ bool InsertIntoList(KvSequence& seq, int layer, int head, int32_t sink_pages, in
   for (const PageRef& src : sources) {
     for (int t = 0; t < src.len; ++t, ++row) {
       const float* key = keys.data() + row * d;
-      const int32_t leaf = tree->NearestLeaf(key, ExtraCoord(m, DotF(key, key, d)));
+      const int32_t given = routed.empty() ? -1 : routed[row];
+      const bool follow = given >= 0 && given < tree->leaves();
+      if (follow && followed != nullptr) ++*followed;
+      const int32_t leaf =
+          follow ? given : tree->NearestLeaf(key, ExtraCoord(m, DotF(key, key, d)));
       if (leaf < old_leaves) edit.entries.push_back(sink_pages + leaf);
       PageRef& lp = leaf_pages[leaf];
       if (lp.len < p) {

@@ -38,12 +38,18 @@ int64_t RebuildPages(const std::vector<PageRef>& pages, int32_t sink_pages, int3
 // its nearest leaf; a full leaf splits in two pages by balanced 2-means over its keys and the
 // new one. Needs InsertPages(absorb, page_size, pool.holding()) spare pages.
 //
+// `routed` (empty, or one per absorbed token in position order): a leaf chosen elsewhere
+// (KeyRoute: the nearest mean key on the device) that the token joins instead of the tree's
+// nearest leaf; -1, or a leaf the tree does not have, routes by the tree. `followed` (may be
+// null) receives how many tokens went where `routed` said.
+//
 // While the pool holds frees (PagePool::HoldFrees: the device may still read the pages the list
 // showed before), no row a page already holds is rewritten: a token goes after a leaf page's last
 // row, and a split writes both halves to fresh pages (the old page is freed, so held).
 // REQUIRES: !tree->empty().
 bool InsertIntoList(KvSequence& seq, int layer, int head, int32_t sink_pages, int32_t absorb,
-                    LeafTree* tree);
+                    LeafTree* tree, std::span<const int32_t> routed = {},
+                    int64_t* followed = nullptr);
 
 // Spare pages InsertIntoList needs for `absorb` pages: at most one split per token, of one fresh
 // page, or of two while the pool holds frees.

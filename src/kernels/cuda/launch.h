@@ -156,6 +156,24 @@ struct PageMapParams {
 int LaunchMapPages(Stream s, const PageMapParams& p);
 int LaunchMapPagesBatch(Stream s, const ParamBatch<PageMapParams>& b);
 
+// Insertion routes (key_route.cu; Backend::RouteKeys): each key to the entry of its list range
+// with the nearest Q8_0 mean key.
+struct KeyRouteParams {
+  const void* pool_k = nullptr;  // bf16 host tier (mapped)
+  int64_t pool_slots = 0;        // pages * page_size
+  int head_dim = 0;
+  const int32_t* slots = nullptr;      // [n]
+  const int32_t* ranges = nullptr;     // [n, 3]: list row, first entry, end entry
+  const int32_t* list_rows = nullptr;  // [rows, stride]
+  int rows = 0;
+  int stride = 0;
+  const void* bounds = nullptr;  // [summaries] Q8_0 mean keys
+  int64_t summaries = 0;
+  int32_t* out = nullptr;  // [n]
+  int64_t n = 0;
+};
+int LaunchRouteKeys(Stream s, const KeyRouteParams& p);
+
 // ---- small-batch GEMV (gemv.cu) ---------------------------------------------------------
 
 // y[n, m] = x[n, k] w[m, k]^T (+ bias[m]) for bf16 x and w, n <= kGemvMaxRows, k % 8 == 0 and
