@@ -321,23 +321,24 @@ void IceCacheIndex::Absorb(KvSequence& seq, int layer, int head, int64_t limit,
       return;
     }
   }
-  // The routes of the absorbed tokens, as leaves (-1: none); older ones are dropped.
+  // The routes of the absorbed tokens, as leaves (-1: none); older ones are dropped, and the
+  // used ones once the insertion is done (a skipped one keeps them for the next call).
   const int64_t first = seq.tail_pos(layer, head), end = first + absorb * p;
   thread_local std::vector<int32_t> routed;
   routed.clear();
   if (!s.routes.empty()) {
+    s.routes.erase(s.routes.begin(), s.routes.lower_bound(first));
     routed.assign(static_cast<size_t>(absorb * p), -1);
-    auto it = s.routes.lower_bound(first);
-    for (; it != s.routes.end() && it->first < end; ++it) {
+    for (auto it = s.routes.begin(); it != s.routes.end() && it->first < end; ++it) {
       routed[it->first - first] = it->second >= sink_pages_ ? it->second - sink_pages_ : -1;
     }
-    s.routes.erase(s.routes.begin(), it);
   }
   int64_t followed = 0;
   if (InsertIntoList(seq, layer, head, sink_pages_, pages, &s.tree, routed, &followed)) {
     ++insertions_;
     routed_tokens_ += followed;
     searched_tokens_ += absorb * p - followed;
+    s.routes.erase(s.routes.begin(), s.routes.lower_bound(end));
   } else {
     ++skipped_;
   }
