@@ -235,6 +235,7 @@ Status DeviceSelection::FinishPrepare(const KvSequence& seq, Upload upload) {
   if (status.ok()) status = Send(upload);
   if (!status.ok()) {
     start_over_ = true;
+    route_keys_.clear();  // nothing routed: the index searches for these tokens itself
     return status;
   }
   if (!bound_stage_ids_.empty()) {
@@ -273,7 +274,6 @@ Status DeviceSelection::FinishPrepare(const KvSequence& seq, Upload upload) {
     r.bounds = bounds_;
     r.out = route_dev_.Slice(0, k);
     backend_->RouteKeys(r);
-    routes_waiting_ = true;
   }
   return Status::Ok();
 }
@@ -289,15 +289,13 @@ Status DeviceSelection::EnableRoutes() {
 
 Status DeviceSelection::TakeRoutes(std::vector<KeyRoute>* out) {
   out->clear();
-  if (!routes_waiting_) return Status::Ok();
-  routes_waiting_ = false;
+  if (route_keys_.empty()) return Status::Ok();
   const int64_t k = static_cast<int64_t>(route_keys_.size());
+  out->swap(route_keys_);  // taken whether or not the copy succeeds: none twice
   ICECACHE_RETURN_IF_ERROR(backend_->Copy(route_dev_.Slice(0, k), route_host_.Slice(0, k)));
   backend_->Synchronize();
   const int32_t* entry = route_host_.data_as<const int32_t>();
-  out->assign(route_keys_.begin(), route_keys_.end());
   for (int64_t i = 0; i < k; ++i) (*out)[i].entry = entry[i];
-  route_keys_.clear();
   return Status::Ok();
 }
 
@@ -349,7 +347,6 @@ void DeviceSelection::CollectChanges(const KvSequence& seq, int pending) {
   route_ranges_.clear();
   // Routes computed before and not taken are dropped (their step's update went without them).
   route_keys_.clear();
-  routes_waiting_ = false;
   const int p_size = layout_.page_size;
   int32_t* lim = limits_host_.data();
   int32_t* pend = pending_host_.data();

@@ -172,12 +172,12 @@ class DeviceSelection {
   std::vector<int64_t> planned_nodes_;
   // Routes (EnableRoutes). Per list: positions below routed_to_ were routed. Per key of this
   // call: its host slot, its range (list row, first entry, end entry) and its route's list and
-  // position; route_dev_ receives the entries, route_host_ reads them back.
+  // position (non-empty after FinishPrepare: route_dev_ holds routes not taken yet);
+  // route_dev_ receives the entries, route_host_ reads them back.
   bool route_ = false;
   std::vector<int64_t> routed_to_;
   std::vector<int32_t> route_slots_, route_ranges_;
   std::vector<KeyRoute> route_keys_;
-  bool routes_waiting_ = false;  // route_dev_ holds routes not yet taken
   Tensor route_slots_dev_, route_ranges_dev_, route_dev_, route_host_;
 };
 

@@ -5,33 +5,15 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
-#include "core/half.h"
 #include "core/quant.h"
 
 namespace icecache::cpu {
-
-namespace {
-
-float StoredKey(const KvPoolView& pool, int64_t i) {
-  switch (pool.dtype) {
-    case DType::kF32:
-      return static_cast<const float*>(pool.k)[i];
-    case DType::kBF16:
-      return Bf16ToF32(static_cast<const uint16_t*>(pool.k)[i]);
-    case DType::kF16:
-      return F16ToF32(static_cast<const uint16_t*>(pool.k)[i]);
-    default:
-      ICECACHE_CHECK_MSG(false, "RouteKeys: unsupported key type");
-      return 0;
-  }
-}
-
-}  // namespace
 
 void RouteKeysCpu(const KeyRouteArgs& a) {
   const int d = a.pool.head_dim;
   const int64_t n = a.slots.numel(), rows = a.list_rows.dim(0), stride = a.list_rows.dim(1);
   const int64_t summaries = a.bounds.dim(0), row_bytes = RowBytes(a.bounds.dtype(), d);
+  const int64_t key_bytes = RowBytes(a.pool.dtype, d);  // a stored key, read as f32
   const int32_t* slots = a.slots.data_as<const int32_t>();
   const int32_t* ranges = a.ranges.data_as<const int32_t>();
   const int32_t* list_rows = a.list_rows.data_as<const int32_t>();
@@ -52,7 +34,8 @@ void RouteKeysCpu(const KeyRouteArgs& a) {
     for (int64_t i = 0; i < m; ++i) {
       const int64_t slot = slots[i0 + i];
       ICECACHE_CHECK(slot >= 0 && slot < a.pool.num_pages * a.pool.page_size);
-      for (int j = 0; j < d; ++j) keys[i * d + j] = StoredKey(a.pool, slot * d + j);
+      DequantizeRow(a.pool.dtype, static_cast<const char*>(a.pool.k) + slot * key_bytes,
+                    keys.data() + i * d, d);
       out[i0 + i] = -1;
     }
     best_dist.assign(static_cast<size_t>(m), 0.0f);
