@@ -2,7 +2,9 @@
 // heads, 8 KV heads, head_dim 128, pages of 16), bf16: MatMul for decode (n = 1: our GEMV) and a
 // prefill chunk (n = 4096: cuBLASLt), a layer's stacked decode projections against separate ones,
 // decode attention over 4K / 32K / 128K tokens, prefill attention of a 4096-token chunk at the end
-// of 32K tokens, and RMSNorm. Skips (with a message) where no GPU is present.
+// of 32K tokens, RMSNorm, and one layer's device-side page selection (SelectPages over Q8_0 mean
+// keys, 8 KV heads of 32K / 128K tokens, budgets 256 and 2048). Skips (with a message) where no
+// GPU is present.
 //
 //   build-x/bench/cuda_ops_bench [--benchmark_filter=Attention]
 //
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "kv/key_mean.h"
 
 namespace icecache {
 namespace {
@@ -256,6 +259,69 @@ void BM_RmsNorm(benchmark::State& state) {
   state.counters["GB/s"] = t.Rate(n * 4096.0 * 2 * 4 + 4096.0 * 4, 1e9);
 }
 BENCHMARK(BM_RmsNorm)->Arg(1)->Arg(4096)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// One layer's SelectPages at batch 1 as icecache calls it after a bulk build: each KV head's list
+// holds one full leaf of 16 tokens per 16 positions (in shuffled pool order), ranked by Q8_0 mean
+// keys and their spreads (PageBounds over random keys), with a sink page, a window of 4 pages,
+// and the engine's limits for `budget` tokens (pages_left: twice the budget's pages plus 4).
+void BM_SelectPages(benchmark::State& state) {
+  Backend* b = Gpu();
+  if (b == nullptr) return state.SkipWithError("no GPU");
+  const int64_t context = state.range(0);
+  const int budget = static_cast<int>(state.range(1));
+  const int rows = 8, group = 4, d = 128, ps = 16, sink_pages = 1, window_pages = 4;
+  PagedKv kv = MakeKv(*b, context, 1);
+  const int64_t pages = kv.k.dim(0);
+  const int64_t per_row = pages / rows;
+  std::vector<int32_t> iota(static_cast<size_t>(pages)), full(static_cast<size_t>(pages), ps);
+  std::iota(iota.begin(), iota.end(), 0);
+  auto upload = [&](const std::vector<int32_t>& v, std::initializer_list<int64_t> shape) {
+    Tensor t = b->Allocate(DType::kI32, shape).value();
+    (void)b->Copy(Tensor(const_cast<int32_t*>(v.data()), DType::kI32, shape), t);
+    return t;
+  };
+  const KvPoolView pool{
+      kv.k.data(), kv.v.data(), kv.pos.data_as<int32_t>(), DType::kBF16, pages, ps, d};
+  PageBoundsArgs bounds{pool, upload(iota, {pages}), upload(full, {pages}), upload(iota, {pages}),
+                        b->Allocate(kMeanKeyDType, {pages, 1, d}).value()};
+  bounds.spread = b->Allocate(DType::kF32, {pages}).value();
+  b->PageBounds(bounds);
+  // The lists: MakeKv's table (row h: its pages in position order); summary row = page id.
+  std::vector<int32_t> ids(static_cast<size_t>(pages)), limits;
+  (void)b->Copy(kv.indices, Tensor(ids.data(), DType::kI32, {pages}));
+  b->Synchronize();
+  const int tokens_left = budget - (sink_pages + window_pages) * ps;
+  const int pages_left = std::min(2 * budget / ps + 4 - sink_pages - window_pages, kMaxSelectPicks);
+  for (int r = 0; r < rows; ++r) {
+    const int count = static_cast<int>(per_row);
+    limits.insert(limits.end(), {count, sink_pages, count - window_pages, tokens_left, pages_left});
+  }
+  PageSelectArgs a;
+  a.q = Random(*b, DType::kBF16, {rows * group * d}, 11);
+  a.list_ids = upload(ids, {rows, per_row});
+  a.list_lens = upload(full, {rows, per_row});
+  a.list_rows = upload(ids, {rows, per_row});
+  a.limits = upload(limits, {rows, 5});
+  a.bounds = bounds.bounds;
+  a.spread = bounds.spread;
+  a.scores = b->Allocate(DType::kF32, {rows, per_row}).value();
+  const int64_t out = 2 * budget / ps + 8;
+  a.out_ids = b->Allocate(DType::kI32, {rows, out}).value();
+  a.out_lens = b->Allocate(DType::kI32, {rows, out}).value();
+  a.out_count = b->Allocate(DType::kI32, {rows}).value();
+  a.n_heads = rows * group;
+  const Timing t = TimeOp(state, *b, 50, [&] { b->SelectPages(a); });
+  // Bytes: each candidate's list entry (id, length, summary row), mean key and spread.
+  state.counters["GB/s"] = t.Rate(pages * (12.0 + RowBytes(kMeanKeyDType, d) + 4.0), 1e9);
+}
+BENCHMARK(BM_SelectPages)
+    ->ArgNames({"context", "budget"})
+    ->Args({32768, 256})
+    ->Args({32768, 2048})
+    ->Args({131072, 256})
+    ->Args({131072, 2048})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace icecache

@@ -71,20 +71,22 @@ inline float StoredKeyMean(const float* keys, int n, int dim, DType dtype, void*
 // The factor of the spread term: 1 / (2 sqrt(dim)).
 inline float SpreadFactor(int dim) { return 0.5f / std::sqrt(static_cast<float>(dim)); }
 
-// qq[g] = |q_g|^2 for the `group` query heads of `q` ([group][dim]), a sum over dimensions in
-// order: computed once per query, for every CentroidScore against it.
+// qq[g] = |q_g|^2 for the `group` query heads of `q` ([group][dim]): fma(q_j, q_j, sum) over
+// dimensions in order, computed once per query for every CentroidScore against it.
 inline void QuerySquares(const float* q, int group, int dim, float* qq) {
   for (int g = 0; g < group; ++g) {
     const float* qg = q + static_cast<long>(g) * dim;
     float s = 0;
-    for (int j = 0; j < dim; ++j) s += qg[j] * qg[j];
+    for (int j = 0; j < dim; ++j) s = std::fma(qg[j], qg[j], s);
     qq[g] = s;
   }
 }
 
 // The centroid score of a KV head's group: max over its `group` query heads ([group][dim]) of
-// q.c + (|q|^2 x spread) x SpreadFactor(dim), q.c a sum over dimensions in order; `qq` is
-// QuerySquares of `q`.
+// q.c + (|q|^2 x spread) x SpreadFactor(dim); `qq` is QuerySquares of `q`. Every operation is
+// pinned (no contraction left to the compiler), so that the device's kernels compute the same
+// bits: q.c is fma(q_j, c_j, sum) over dimensions in order, and the spread term is added by
+// fma(|q|^2 x spread, factor, q.c).
 inline float CentroidScore(const float* q, const float* qq, int group, int dim, const float* c,
                            float spread) {
   const float factor = SpreadFactor(dim);
@@ -92,8 +94,9 @@ inline float CentroidScore(const float* q, const float* qq, int group, int dim, 
   for (int g = 0; g < group; ++g) {
     const float* qg = q + static_cast<long>(g) * dim;
     float s = 0;
-    for (int j = 0; j < dim; ++j) s += qg[j] * c[j];
-    s += qq[g] * spread * factor;
+    for (int j = 0; j < dim; ++j) s = std::fma(qg[j], c[j], s);
+    const float weight = qq[g] * spread;
+    s = std::fma(weight, factor, s);
     best = g == 0 || s > best ? s : best;
   }
   return best;

@@ -4,10 +4,11 @@
 // of 1/4 in [-2, 2] and mean keys average 1, 2, 4, 8 or 16 keys, so every bound and mean is
 // exact in f32 (and bf16), and both backends quantize the means to the same bytes and compute the
 // same spreads. Min/max scores are exact whatever the summation order; against Q8_0 means,
-// queries have one nonzero dimension per head, so q.c is a single product and |q|^2 exact, and the
-// scores agree bit for bit in any order too. Scores tie often and
-// the tie-breaking (lower entry first) is checked too. Then, through the engine on
-// the GPU, quest and icecache selecting on the device against selecting on the host.
+// queries have one nonzero dimension per head, so q.c is a single product and |q|^2 exact. Scores
+// tie often and the tie-breaking (lower entry first) is checked too. Mean-key scores are also
+// compared bit for bit on random, inexact data (the kernel keeps the CPU's order of operations).
+// Then, through the engine on the GPU, quest and icecache selecting on the device against selecting
+// on the host.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -456,6 +457,64 @@ TEST(CudaPageSelect, LongRowsRankAsTheCpu) {
   for (int r = 0; r < rows; ++r) {
     for (int i = 0; i < c_count[r]; ++i) {
       ASSERT_EQ(g_ids[r * out_stride + i], c_ids[r * out_stride + i]) << r << "," << i;
+    }
+  }
+}
+
+// Mean-key scores need no exact inputs: the score kernel repeats CentroidScore's operations in
+// its order (and PageBounds KeyMean's and KeySpread's), so on keys and queries drawn from a
+// normal distribution, with partly filled pages, the GPU's summaries, scores and selections equal
+// the CPU reference's bit for bit, for groups of 4 (Llama-3.1-8B) and 3 (SmolLM2), rows long
+// enough to take the counting rank (picks <= 512) and the bitonic one (more).
+TEST(CudaPageSelect, MeanKeyScoresEqualTheCpuBitForBitOnRandomData) {
+  ICECACHE_CUDA_OR_SKIP(gpu);
+  auto cpu = MakeCpuBackend({.threads = 1});
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  Pool host = MakePool(*gpu, kHostPages, &rng, true);
+  for (uint16_t& k : host.k) k = F32ToBf16(normal(rng));
+  ASSERT_TRUE(
+      gpu->Copy(Tensor(host.k.data(), DType::kBF16, {static_cast<int64_t>(host.k.size())}), host.dk)
+          .ok());
+  std::vector<int32_t> ids(kHostPages), lens(kHostPages);
+  std::iota(ids.begin(), ids.end(), 0);
+  for (int32_t& l : lens) l = 1 + static_cast<int>(rng() % kPage);
+  Summaries sums = Summarize(*cpu, *gpu, host, ids, lens, 1);  // checks the bytes agree
+  for (const int group : {4, 3}) {
+    for (const int pages_left : {200, 700}) {
+      SCOPED_TRACE(::testing::Message() << "group " << group << ", pages_left " << pages_left);
+      const int rows = 8, stride = 3000, out_stride = pages_left + 40;
+      std::vector<int32_t> list_ids(rows * stride, -1), list_lens(rows * stride, 0), limits;
+      for (int r = 0; r < rows; ++r) {
+        const int count = stride - 7 * r;
+        for (int e = 0; e < count; ++e) {
+          list_ids[r * stride + e] = static_cast<int32_t>(rng() % kHostPages);
+          list_lens[r * stride + e] = lens[list_ids[r * stride + e]];
+        }
+        limits.insert(limits.end(), {count, 2, count - 6, pages_left * kPage / 2, pages_left});
+      }
+      std::vector<uint16_t> q(static_cast<size_t>(rows) * group * kDim);
+      for (uint16_t& x : q) x = F32ToBf16(normal(rng));
+      SelectOnBoth both;
+      ASSERT_NO_FATAL_FAILURE(SelectPagesOnBoth(*cpu, *gpu, q, list_ids, list_lens, limits, sums,
+                                                rows, group, stride, out_stride, &both));
+      std::vector<float> g_scores(both.c_scores.size());
+      ASSERT_TRUE(
+          gpu->Copy(both.gpu.scores, Tensor(g_scores.data(), DType::kF32, {rows, int64_t{stride}}))
+              .ok());
+      gpu->Synchronize();
+      int compared = 0;
+      for (int r = 0; r < rows; ++r) {
+        for (int e = 2; e < limits[r * 5 + 2]; ++e, ++compared) {
+          ASSERT_EQ(0, std::memcmp(&g_scores[r * stride + e], &both.c_scores[r * stride + e], 4))
+              << "row " << r << ", entry " << e << ": " << g_scores[r * stride + e] << " against "
+              << both.c_scores[r * stride + e];
+        }
+      }
+      EXPECT_GT(compared, 20000);
+      EXPECT_EQ(I32ToHost(*gpu, both.gpu.out_count), both.c_count);
+      EXPECT_EQ(I32ToHost(*gpu, both.gpu.out_ids), both.c_ids);
+      EXPECT_EQ(I32ToHost(*gpu, both.gpu.out_lens), both.c_lens);
     }
   }
 }

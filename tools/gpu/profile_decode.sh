@@ -8,7 +8,10 @@
 # and microseconds in one decode step).
 #
 #   tools/gpu/profile_decode.sh [--bundle FILE] [--context 32768] [--budget 2048]
-#                               [--configs "full icecache"] [--batch 1]
+#                               [--configs "full icecache"] [--batch 1] [--kernels REGEX]
+# --kernels REGEX profiles only the kernels whose names match (ncu's --kernel-name regex:...; the
+# others run unprofiled, so a 128K prefill stays short); keep EmbedKernel in it, the summary
+# finds the decode steps by its launches.
 # --batch B decodes B sequences forked from one prompt (--shared-prompt) in each step; the
 # summary then also counts the GEMV launches in its window, so that a window of two steps shows.
 # Configurations: full, icecache, and full-unstacked (full with ICECACHE_CUDA_STACKED=0: q/k/v
@@ -16,7 +19,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$ROOT/out/gpu-profile}
-BUNDLE="" CONTEXT=32768 BUDGET=2048 CONFIGS="full icecache" BATCH=1
+BUNDLE="" CONTEXT=32768 BUDGET=2048 CONFIGS="full icecache" BATCH=1 KERNELS=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) BUNDLE=$2; shift ;;
@@ -24,6 +27,7 @@ while [[ $# -gt 0 ]]; do
     --budget) BUDGET=$2; shift ;;
     --configs) CONFIGS=$2; shift ;;
     --batch) BATCH=$2; shift ;;
+    --kernels) KERNELS=$2; shift ;;
     *) echo "unknown option $1"; exit 2 ;;
   esac
   shift
@@ -39,13 +43,15 @@ NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 BENCH=(bench --synthetic llama-3.1-8b --device cuda --contexts "$CONTEXT" --decode 3 --repeats 1
        --prefill-chunk 8192)
 [[ $BATCH -gt 1 ]] && BENCH+=(--batch "$BATCH" --shared-prompt)
+FILTER=()
+[[ -n $KERNELS ]] && FILTER=(--kernel-name "regex:$KERNELS")
 run() {  # name, extra bench flags...
   local name=$1 stacked=1
   shift
   [[ $name == *-unstacked ]] && stacked=0
   step "ncu: $name at context $CONTEXT"
   ICECACHE_CUDA_STACKED=$stacked ICECACHE_CUDA_GRAPHS=0 timeout 400 "$NCU" --csv --metrics gpu__time_duration.sum \
-    --cache-control none --clock-control none "$BIN" "${BENCH[@]}" "$@" \
+    --cache-control none --clock-control none "${FILTER[@]}" "$BIN" "${BENCH[@]}" "$@" \
     >"$OUT/$name.csv" 2>"$OUT/$name.err" || fail "ncu $name"
   tail -3 "$OUT/$name.err"
 }

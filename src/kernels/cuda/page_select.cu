@@ -2,13 +2,14 @@
 // the summary row its caller hands out), top pages per KV head ranked by them, and the
 // working-set step (residency diff, slot assignment, fetch of the missing pages).
 //
-// SelectPages runs as two launches: ScoreKernel (ScoreKernelVec for head dims 64, 128 and 256)
-// spreads the bound products of every candidate over many blocks (a row's bounds are megabytes at
-// 128K tokens), then RankKernel (one block per row) finds the best `pages_left` scores by a radix
-// select on the scores' order-preserving bit patterns, sorts those few by (score, entry) and walks
-// them as AssembleSelection does. MapPages: AssignKernel (one block per row) diffs the selection
-// against the row's slots with warp ballots, then FetchKernel copies the missing pages, one block
-// per page.
+// SelectPages runs as two launches: a score kernel spreads the candidates over many blocks (a
+// row's summaries are megabytes at 128K tokens): ScoreKernelMean for mean keys (one thread per
+// candidate, the CPU reference's arithmetic operation for operation), ScoreKernel or
+// ScoreKernelVec (head dims 64, 128 and 256) for min | max bounds. Then RankKernel (one block per
+// row) finds the best `pages_left` scores by a radix select on the scores' order-preserving bit
+// patterns, sorts those few by (score, entry) and walks them as AssembleSelection does. MapPages:
+// AssignKernel (one block per row) diffs the selection against the row's slots with warp ballots,
+// then FetchKernel copies the missing pages, one block per page.
 #include <algorithm>
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
@@ -41,13 +42,6 @@ __device__ __forceinline__ const char* SummaryRow(const void* bounds, int64_t ro
   const int64_t bytes = rows == 1 ? static_cast<int64_t>(d / kQ8Block) * kQ8Bytes
                                   : static_cast<int64_t>(rows) * d * 2;
   return static_cast<const char*>(bounds) + row * bytes;
-}
-
-// Dimension j of a Q8_0 mean key: q * scale, the product DequantQ8_0 computes.
-__device__ __forceinline__ float Q8At(const char* row, int j) {
-  const char* block = row + (j / kQ8Block) * kQ8Bytes;
-  const float scale = __half2float(*reinterpret_cast<const __half*>(block));
-  return __fmul_rn(static_cast<float>(static_cast<int8_t>(block[2 + j % kQ8Block])), scale);
 }
 
 // ---- PageBounds -------------------------------------------------------------------------------
@@ -131,13 +125,13 @@ __device__ __forceinline__ Limits LoadLimits(const int32_t* limits, int row, int
   return r;
 }
 
-// Shared start of the score kernels: the row's limits, the block's first candidate and the
-// group's queries in shared memory. False when the block has no candidate (block-uniform).
-// With mean keys, `qq_s[g]` gets query head g's spread weight |q_g|^2 x SpreadFactor(d).
-__device__ __forceinline__ bool ScoreBlockStart(const PageSelectParams& p, float* q_s, float* qq_s,
-                                                Limits* lim, int* first) {
+// Shared start of the min | max score kernels: the row's limits, the block's first candidate and
+// the group's queries in shared memory. False when the block has no candidate (block-uniform).
+__device__ __forceinline__ bool ScoreBlockStart(const PageSelectParams& p, float* q_s, Limits* lim,
+                                                int* first) {
   const int row = blockIdx.y;
-  if (row >= p.rows) return false;  // a batch entry with fewer rows than the grid
+  // A batch entry with fewer rows than the grid, or with mean keys (ScoreKernelMean's).
+  if (row >= p.rows || p.bound_rows != 2) return false;
   *lim = LoadLimits(p.limits, row, p.stride);
   *first = lim->sink_end + blockIdx.x * kScoreWarps * kScorePerWarp;
   if (*first >= lim->window_begin) return false;
@@ -145,36 +139,19 @@ __device__ __forceinline__ bool ScoreBlockStart(const PageSelectParams& p, float
   const Bf16* q = static_cast<const Bf16*>(p.q) + static_cast<int64_t>(row) * p.group * d;
   for (int i = threadIdx.x; i < p.group * d; i += blockDim.x) q_s[i] = __bfloat162float(q[i]);
   __syncthreads();
-  if (p.bound_rows == 1) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int g = warp; g < p.group; g += blockDim.x / 32) {
-      float qq = 0.0f;
-      for (int j = lane; j < d; j += 32) qq = __fmaf_rn(q_s[g * d + j], q_s[g * d + j], qq);
-      qq = WarpSum(qq);
-      if (lane == 0) qq_s[g] = qq;
-    }
-    __syncthreads();
-  }
   return true;
 }
 
-// A mean key's score: q.c plus the spread term (CentroidScore in kv/key_mean.h); `qq` is |q|^2.
-__device__ __forceinline__ float WithSpread(float dot, float qq, float spread, float factor) {
-  return __fadd_rn(dot, __fmul_rn(__fmul_rn(qq, spread), factor));
-}
-
-// Block (chunk, row): kScoreWarps warps, kScorePerWarp candidates each. Lanes split the
-// dimensions; the score is the maximum over the group's query heads of the bound.
+// Block (chunk, row): kScoreWarps warps, kScorePerWarp candidates each, min | max bounds. Lanes
+// split the dimensions; the score is the maximum over the group's query heads of the bound.
 template <int N>
 __global__ void __launch_bounds__(kScoreThreads)
     ScoreKernel(const __grid_constant__ ParamBatch<PageSelectParams, N> b) {
   const PageSelectParams& p = b.p[blockIdx.z];
   __shared__ float q_s[kMaxGroup * kMaxDim];
-  __shared__ float qq_s[kMaxGroup];
   Limits lim;
   int first = 0;
-  if (!ScoreBlockStart(p, q_s, qq_s, &lim, &first)) return;
-  const float factor = __fdiv_rn(0.5f, __fsqrt_rn(static_cast<float>(p.head_dim)));
+  if (!ScoreBlockStart(p, q_s, &lim, &first)) return;
   const int row = blockIdx.y;
   const int d = p.head_dim;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -185,27 +162,21 @@ __global__ void __launch_bounds__(kScoreThreads)
     const int32_t srow = p.list_rows[at];
     float best = kNegInf;
     if (srow >= 0 && srow < p.summaries && p.list_lens[at] > 0) {
-      const char* sr = SummaryRow(p.bounds, srow, p.bound_rows, d);
-      const Bf16* b = reinterpret_cast<const Bf16*>(sr);
+      const Bf16* b = reinterpret_cast<const Bf16*>(SummaryRow(p.bounds, srow, 2, d));
       float lo[kMaxDim / 32], hi[kMaxDim / 32];
       const int per = d / 32;
       for (int k = 0; k < per; ++k) {
-        lo[k] = p.bound_rows == 2 ? __bfloat162float(b[lane + 32 * k]) : Q8At(sr, lane + 32 * k);
-        hi[k] = p.bound_rows == 2 ? __bfloat162float(b[d + lane + 32 * k]) : 0.0f;
+        lo[k] = __bfloat162float(b[lane + 32 * k]);
+        hi[k] = __bfloat162float(b[d + lane + 32 * k]);
       }
       for (int g = 0; g < p.group; ++g) {
         const float* qg = q_s + g * d;
         float s = 0.0f;
-        if (p.bound_rows == 2) {
-          for (int k = 0; k < per; ++k) {
-            const float x = qg[lane + 32 * k];
-            s += fmaxf(x * lo[k], x * hi[k]);
-          }
-        } else {
-          for (int k = 0; k < per; ++k) s += qg[lane + 32 * k] * lo[k];  // q.c, c = mean key
+        for (int k = 0; k < per; ++k) {
+          const float x = qg[lane + 32 * k];
+          s += fmaxf(x * lo[k], x * hi[k]);
         }
         s = WarpSum(s);
-        if (p.bound_rows == 1) s = WithSpread(s, qq_s[g], p.spread[srow], factor);
         best = g == 0 ? s : fmaxf(best, s);
       }
     }
@@ -213,55 +184,36 @@ __global__ void __launch_bounds__(kScoreThreads)
   }
 }
 
-// The same scores for head dims that are multiples of 64 (kV = d / 64 <= 4): eight lanes per
-// candidate, four candidates of a warp at once, each lane loading its 8 kV dimensions of a bound
-// row as 16-byte words (whole 128-byte lines per group of lanes; a Q8_0 mean key byte by byte,
-// 8 bytes of one block). A lane sums its dimensions in
-// order, then the eight lanes combine by a butterfly; only the summation order differs from
-// ScoreKernel's (and the CPU reference's), which the parity tests' exact inputs do not see.
+// The same min | max scores for head dims that are multiples of 64 (kV = d / 64 <= 4): eight
+// lanes per candidate, four candidates of a warp at once, each lane loading its 8 kV dimensions
+// of a bound row as 16-byte words (whole 128-byte lines per group of lanes). A lane sums its
+// dimensions in order, then the eight lanes combine by a butterfly; only the summation order
+// differs from ScoreKernel's (and the CPU reference's), which the parity tests' exact inputs do
+// not see.
 template <int kV, int N>
 __global__ void __launch_bounds__(kScoreThreads)
     ScoreKernelVec(const __grid_constant__ ParamBatch<PageSelectParams, N> b) {
   const PageSelectParams& p = b.p[blockIdx.z];
   __shared__ float q_s[kMaxGroup * kMaxDim];
-  __shared__ float qq_s[kMaxGroup];
   Limits lim;
   int first = 0;
-  if (!ScoreBlockStart(p, q_s, qq_s, &lim, &first)) return;
-  const float factor = __fdiv_rn(0.5f, __fsqrt_rn(static_cast<float>(p.head_dim)));
+  if (!ScoreBlockStart(p, q_s, &lim, &first)) return;
   const int row = blockIdx.y;
   const int d = p.head_dim;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane / 8, l8 = lane % 8;
-  const bool minmax = p.bound_rows == 2;
 #pragma unroll
   for (int c0 = 0; c0 < kScorePerWarp; c0 += 4) {
     const int e = first + warp * kScorePerWarp + c0 + sub;
     const int64_t at = static_cast<int64_t>(row) * p.stride + e;
     bool ok = false;
-    float spread = 0.0f;
     float lo[8 * kV], hi[8 * kV];
 #pragma unroll
     for (int i = 0; i < 8 * kV; ++i) lo[i] = hi[i] = 0.0f;
     if (e < lim.window_begin) {
       const int32_t srow = p.list_rows[at];
       ok = srow >= 0 && srow < p.summaries && p.list_lens[at] > 0;
-      if (ok && !minmax) {
-        // Mean key: the lane's 8 dimensions of each 64 lie in one Q8_0 block.
-        const char* sr = SummaryRow(p.bounds, srow, 1, d);
-        spread = p.spread[srow];
-#pragma unroll
-        for (int v = 0; v < kV; ++v) {
-          const int j0 = v * 64 + l8 * 8;
-          const char* block = sr + (j0 / kQ8Block) * kQ8Bytes;
-          const float scale = __half2float(*reinterpret_cast<const __half*>(block));
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            const int8_t qv = static_cast<int8_t>(block[2 + j0 % kQ8Block + i]);
-            lo[v * 8 + i] = __fmul_rn(static_cast<float>(qv), scale);
-          }
-        }
-      } else if (ok) {
+      if (ok) {
         const Bf16* b = reinterpret_cast<const Bf16*>(SummaryRow(p.bounds, srow, 2, d));
 #pragma unroll
         for (int v = 0; v < kV; ++v) {
@@ -294,17 +246,123 @@ __global__ void __launch_bounds__(kScoreThreads)
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const float x = qg[v * 64 + l8 * 8 + i];
-          s += minmax ? fmaxf(x * lo[v * 8 + i], x * hi[v * 8 + i]) : x * lo[v * 8 + i];
+          s += fmaxf(x * lo[v * 8 + i], x * hi[v * 8 + i]);
         }
       }
       s += __shfl_xor_sync(0xffffffffu, s, 4);
       s += __shfl_xor_sync(0xffffffffu, s, 2);
       s += __shfl_xor_sync(0xffffffffu, s, 1);
-      if (!minmax) s = WithSpread(s, qq_s[g], spread, factor);
       best = g == 0 ? s : fmaxf(best, s);
     }
     if (e < lim.window_begin && l8 == 0) p.scores[at] = ok ? best : kNegInf;
   }
+}
+
+// Mean-key scores: one thread per candidate, kMeanThreads candidates per block (chunk, row). A
+// thread reads its Q8_0 row block by block as 4-byte words (blocks start 2-byte aligned), and
+// computes CentroidScore's operations in its order (kv/key_mean.h): c_j = q8_j x scale, then per
+// query head fma(q_j, c_j, sum) over the dimensions in order and fma(|q|^2 x spread, factor, sum),
+// |q|^2 by QuerySquares' fmas in order; the same bits as the CPU reference. The queries sit in
+// shared memory (every lane reads the same word: a broadcast), padded with zero heads to a
+// multiple of kMeanHeads, so that the inner loop has no condition and its loads can run ahead of
+// the fmas; heads go kMeanHeads at a time. kNB = d / 32 when it is 2, 4 or 8 (unrolled), else 0
+// (the count read at run time).
+constexpr int kMeanThreads = 256;
+constexpr int kMeanHeads = 4;
+
+// Floats of ScoreKernelMean's shared memory: the padded queries, then |q|^2 per head.
+inline size_t MeanSharedFloats(int group, int d) {
+  return static_cast<size_t>((group + kMeanHeads - 1) / kMeanHeads * kMeanHeads) * d + group;
+}
+
+template <int kNB, int N>
+__global__ void __launch_bounds__(kMeanThreads)
+    ScoreKernelMean(const __grid_constant__ ParamBatch<PageSelectParams, N> b) {
+  const PageSelectParams& p = b.p[blockIdx.z];
+  extern __shared__ float q_smem[];  // [padded group][d] queries, then [group] |q|^2
+  const int row = blockIdx.y;
+  // A batch entry with fewer rows than the grid, or with min | max bounds (the other kernels').
+  if (row >= p.rows || p.bound_rows != 1) return;
+  const Limits lim = LoadLimits(p.limits, row, p.stride);
+  const int e = lim.sink_end + static_cast<int>(blockIdx.x) * kMeanThreads + threadIdx.x;
+  if (lim.sink_end + static_cast<int>(blockIdx.x) * kMeanThreads >= lim.window_begin) return;
+  const int d = p.head_dim, group = p.group;
+  const int nb = kNB > 0 ? kNB : d / kQ8Block;
+  const int padded = (group + kMeanHeads - 1) / kMeanHeads * kMeanHeads;
+  float* q_s = q_smem;
+  float* qq_s = q_smem + padded * d;
+  const Bf16* q = static_cast<const Bf16*>(p.q) + static_cast<int64_t>(row) * group * d;
+  for (int i = threadIdx.x; i < padded * d; i += blockDim.x) {
+    q_s[i] = i < group * d ? __bfloat162float(q[i]) : 0.0f;
+  }
+  __syncthreads();
+  for (int g = threadIdx.x; g < group; g += blockDim.x) {
+    float qq = 0.0f;
+    for (int j = 0; j < d; ++j) qq = __fmaf_rn(q_s[g * d + j], q_s[g * d + j], qq);
+    qq_s[g] = qq;
+  }
+  __syncthreads();
+  if (e >= lim.window_begin) return;
+  const int64_t at = static_cast<int64_t>(row) * p.stride + e;
+  const int32_t srow = p.list_rows[at];
+  if (srow < 0 || srow >= p.summaries || p.list_lens[at] <= 0) {
+    p.scores[at] = kNegInf;
+    return;
+  }
+  const char* sr = SummaryRow(p.bounds, srow, 1, d);
+  const float spread = p.spread[srow];
+  const float factor = __fdiv_rn(0.5f, __fsqrt_rn(static_cast<float>(d)));
+  float best = kNegInf;
+  for (int g0 = 0; g0 < group; g0 += kMeanHeads) {
+    float acc[kMeanHeads];
+#pragma unroll
+    for (int h = 0; h < kMeanHeads; ++h) acc[h] = 0.0f;
+#pragma unroll
+    for (int blk = 0; blk < (kNB > 0 ? kNB : kMaxDim / kQ8Block); ++blk) {
+      if (kNB == 0 && blk >= nb) break;
+      // The block's 34 bytes (f16 scale, 32 int8): the 4-byte words from the one at or before
+      // its start, shifted into place (`al` word i = block bytes 4i .. 4i + 3); its last two
+      // bytes alone when the block starts on a word, so that no read passes its end.
+      const uintptr_t start = reinterpret_cast<uintptr_t>(sr) + blk * kQ8Bytes;
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(start & ~uintptr_t{3});
+      const int shift = static_cast<int>(start & 3) * 8;  // 0 or 16
+      uint32_t word[9];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) word[i] = w[i];
+      word[8] = shift == 0 ? *reinterpret_cast<const unsigned short*>(start + 32) : w[8];
+      uint32_t al[9];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) al[i] = __funnelshift_r(word[i], word[i + 1], shift);
+      al[8] = word[8] >> shift;
+      auto byte_at = [&](int k) { return (al[k / 4] >> (8 * (k % 4))) & 0xffu; };
+      const float scale = __half2float(__ushort_as_half(static_cast<unsigned short>(al[0])));
+#pragma unroll
+      for (int k = 0; k < kQ8Block; k += 4) {
+        float c[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          c[i] = __fmul_rn(static_cast<float>(static_cast<int8_t>(byte_at(2 + k + i))), scale);
+        }
+#pragma unroll
+        for (int h = 0; h < kMeanHeads; ++h) {  // padded heads add zeros, never read
+          const float4 qv =
+              *reinterpret_cast<const float4*>(q_s + (g0 + h) * d + blk * kQ8Block + k);
+          acc[h] = __fmaf_rn(qv.x, c[0], acc[h]);
+          acc[h] = __fmaf_rn(qv.y, c[1], acc[h]);
+          acc[h] = __fmaf_rn(qv.z, c[2], acc[h]);
+          acc[h] = __fmaf_rn(qv.w, c[3], acc[h]);
+        }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < kMeanHeads; ++h) {
+      if (g0 + h < group) {
+        const float s = __fmaf_rn(__fmul_rn(qq_s[g0 + h], spread), factor, acc[h]);
+        best = g0 + h == 0 || s > best ? s : best;
+      }
+    }
+  }
+  p.scores[at] = best;
 }
 
 // Order-preserving bits of a float (larger float, larger key).
@@ -472,44 +530,85 @@ __global__ void __launch_bounds__(kRankThreads)
     __syncthreads();
   }
   const int m = min(s_selected, kSortCap);
-  int m2 = 1;
-  while (m2 < m) m2 <<= 1;
-  for (int i = m + tid; i < m2; i += blockDim.x) sort_keys[i] = 0;
-  __syncthreads();
-  // Bitonic sort, descending.
-  for (int size = 2; size <= m2; size <<= 1) {
-    for (int stride = size / 2; stride > 0; stride >>= 1) {
-      for (int i = tid; i < m2; i += blockDim.x) {
-        const int j = i ^ stride;
-        if (j > i) {
-          const bool desc = (i & size) == 0;
-          const unsigned long long a = sort_keys[i], b = sort_keys[j];
-          if (desc ? a < b : a > b) {
-            sort_keys[i] = b;
-            sort_keys[j] = a;
+  // Descending order of the picks' (distinct) sort keys, then their entries and token counts:
+  // `taken` gets the entries in rank order, `sort_keys` their token counts.
+  auto place = [&](int rank, unsigned long long key) {
+    const int e = lim.sink_end + static_cast<int>(0xffffffffu - static_cast<uint32_t>(key));
+    taken[rank] = e;
+    sort_keys[rank] = static_cast<unsigned long long>(p.list_lens[base + e]);
+  };
+  if (m <= kRankThreads) {
+    // A pick's rank is the number of larger keys: every thread reads every key (a broadcast).
+    const unsigned long long mine = tid < m ? sort_keys[tid] : 0ull;
+    int rank = 0;
+    if (tid < m) {
+      for (int j = 0; j < m; ++j) rank += sort_keys[j] > mine;
+    }
+    __syncthreads();
+    if (tid < m) place(rank, mine);
+  } else {
+    int m2 = 1;
+    while (m2 < m) m2 <<= 1;
+    for (int i = m + tid; i < m2; i += blockDim.x) sort_keys[i] = 0;
+    __syncthreads();
+    // Bitonic sort, descending.
+    for (int size = 2; size <= m2; size <<= 1) {
+      for (int stride = size / 2; stride > 0; stride >>= 1) {
+        for (int i = tid; i < m2; i += blockDim.x) {
+          const int j = i ^ stride;
+          if (j > i) {
+            const bool desc = (i & size) == 0;
+            const unsigned long long a = sort_keys[i], b = sort_keys[j];
+            if (desc ? a < b : a > b) {
+              sort_keys[i] = b;
+              sort_keys[j] = a;
+            }
           }
         }
+        __syncthreads();
       }
-      __syncthreads();
     }
-  }
-  // Token counts of the ranked entries, then the greedy walk on one thread.
-  for (int i = tid; i < m; i += blockDim.x) {
-    const int e =
-        lim.sink_end + static_cast<int>(0xffffffffu - static_cast<uint32_t>(sort_keys[i]));
-    taken[i] = e;
-    sort_keys[i] = static_cast<unsigned long long>(p.list_lens[base + e]);
+    for (int i = tid; i < m; i += blockDim.x) place(i, sort_keys[i]);  // each its own slot
   }
   __syncthreads();
-  if (tid == 0) {
+  // The greedy walk (AssembleSelection's): in rank order, a pick is taken while tokens are left
+  // and its count fits them. One warp walks 32 picks at a time: from the first pick that fits, a
+  // run of picks whose running sum fits is taken at once (an inclusive scan), and the pick that
+  // ends the run is skipped as the serial walk skips it.
+  if (tid < 32) {
+    const int lane = tid;
     int tokens = lim.tokens_left, t = 0;
-    for (int i = 0; i < m && tokens > 0; ++i) {
-      const int len = static_cast<int>(sort_keys[i]);
-      if (len > tokens) continue;
-      tokens -= len;
-      taken[t++] = taken[i];
+    for (int chunk = 0; chunk < m && tokens > 0; chunk += 32) {
+      const int i = chunk + lane;
+      const bool valid = i < m;
+      const int len = valid ? static_cast<int>(sort_keys[i]) : 0;
+      const int entry = valid ? taken[i] : 0;
+      __syncwarp();
+      int from = 0;
+      while (tokens > 0 && from < 32) {
+        const unsigned fits = __ballot_sync(0xffffffffu, valid && lane >= from && len <= tokens);
+        if (fits == 0) break;
+        from = __ffs(fits) - 1;
+        const int v = valid && lane >= from ? len : 0;
+        int incl = v;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const int n = __shfl_up_sync(0xffffffffu, incl, o);
+          if (lane >= o) incl += n;
+        }
+        // Serially, pick `lane` sees tokens - (incl - v) left: taken when that is positive and
+        // v fits it. Both sums only grow with the lane, so the taken picks are a run.
+        const bool take = valid && lane >= from && incl <= tokens && incl - v < tokens;
+        const unsigned run = __ballot_sync(0xffffffffu, take);
+        const int last = 31 - __clz(run);
+        if (take) taken[t + lane - from] = entry;  // t <= chunk + from: no unread pick is hit
+        tokens -= __shfl_sync(0xffffffffu, incl, last);
+        t += __popc(run);
+        from = last + 2;  // `last + 1` did not fit (or the chunk ended)
+      }
+      __syncwarp();
     }
-    s_taken = t;
+    if (lane == 0) s_taken = t;
   }
   __syncthreads();
   const int taken_n = s_taken;
@@ -737,8 +836,8 @@ namespace {
 // One launch of each SelectPages kernel over the entries of `b` (grid: the largest entry's).
 template <int N>
 int SelectPagesOver(Stream s, const ParamBatch<PageSelectParams, N>& b) {
-  int rows = 0, stride = 0;
-  bool aligned = true;
+  int rows = 0, stride = 0, group = 0;
+  bool aligned = true, mean = false, minmax = false;
   for (int i = 0; i < b.n; ++i) {
     const PageSelectParams& p = b.p[i];
     if (p.group > kMaxGroup || p.head_dim > kMaxDim || p.head_dim % 32 != 0 ||
@@ -747,15 +846,34 @@ int SelectPagesOver(Stream s, const ParamBatch<PageSelectParams, N>& b) {
     }
     rows = std::max(rows, p.rows);
     stride = std::max(stride, p.stride);
-    // bf16 bounds are read as 16-byte words; Q8_0 mean keys byte by byte.
+    group = std::max(group, p.group);
+    mean = mean || p.bound_rows == 1;
+    minmax = minmax || p.bound_rows != 1;
+    // bf16 bounds are read as 16-byte words.
     aligned = aligned && (p.bound_rows == 1 || reinterpret_cast<uintptr_t>(p.bounds) % 16 == 0);
   }
   if (rows == 0) return 0;
   const int d = b.p[0].head_dim;
+  const unsigned z = static_cast<unsigned>(b.n);
+  const unsigned mean_chunks = static_cast<unsigned>((stride + kMeanThreads - 1) / kMeanThreads);
+  if (mean && mean_chunks > 0) {
+    const dim3 grid(mean_chunks, static_cast<unsigned>(rows), z);
+    const size_t smem = MeanSharedFloats(group, d) * sizeof(float);
+    if (d == 64) {
+      ScoreKernelMean<2, N><<<grid, kMeanThreads, smem, s>>>(b);
+    } else if (d == 128) {
+      ScoreKernelMean<4, N><<<grid, kMeanThreads, smem, s>>>(b);
+    } else if (d == 256) {
+      ScoreKernelMean<8, N><<<grid, kMeanThreads, smem, s>>>(b);
+    } else {
+      ScoreKernelMean<0, N><<<grid, kMeanThreads, smem, s>>>(b);
+    }
+    const int e = LastError();
+    if (e != 0) return e;
+  }
   const int per_block = kScoreWarps * kScorePerWarp;
   const unsigned chunks = static_cast<unsigned>((stride + per_block - 1) / per_block);
-  const unsigned z = static_cast<unsigned>(b.n);
-  if (chunks > 0) {
+  if (minmax && chunks > 0) {
     const dim3 grid(chunks, static_cast<unsigned>(rows), z);
     if (aligned && d == 64) {
       ScoreKernelVec<1, N><<<grid, kScoreThreads, 0, s>>>(b);
