@@ -38,8 +38,14 @@ for route in host device; do
   step "icecache budget 256, 32K, batch $BATCH, routes on the $route"
   timeout "$(left)" "$BIN" bench --device cuda --synthetic llama-3.1-8b --contexts 32768 \
     --decode 48 --repeats 1 --prefill-chunk 4096 --shared-prompt --batch "$BATCH" \
-    --kv-policy icecache --kv-budget 256 --kv-route "$route" --kv-stats >"$OUT/bench_$route.txt" 2>&1 ||
-    fail "bench $route"
+    --kv-policy icecache --kv-budget 256 --kv-route "$route" --kv-stats >"$OUT/bench_$route.txt" 2>&1
+  rc=$?
+  # A batch of 20 takes about 130 s per run, most of it setting up its host tier.
+  if ((rc == 124)); then
+    fail "bench $route: stopped at the deadline ($DEADLINE s); raise --deadline"
+  elif ((rc != 0)); then
+    fail "bench $route (exit $rc): $(tail -1 "$OUT/bench_$route.txt")"
+  fi
   grep -E "tok/s|time per step|index update|insertion|^\|" "$OUT/bench_$route.txt" | head -20
 done
 exit $STATUS
