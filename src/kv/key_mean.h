@@ -102,4 +102,49 @@ inline float CentroidScore(const float* q, const float* qq, int group, int dim, 
   return best;
 }
 
+// CentroidScore of `n` mean keys against one query: out[i] scores the key at c[i] (`dim` floats)
+// with spread[i]. Each key gets exactly CentroidScore's operations (one fma chain per query head
+// over the dimensions in order, so the same bits), but kCentroidLanes keys run side by side: their
+// dimensions are copied into a tile of lanes so that each fma step covers the lanes at once
+// (vector fmas), and the query heads' chains are interleaved. Groups above kCentroidMaxGroup take
+// CentroidScore one key at a time.
+inline constexpr int kCentroidLanes = 8;
+inline constexpr int kCentroidMaxGroup = 32;
+
+inline void CentroidScores(const float* q, const float* qq, int group, int dim,
+                           const float* const* c, const float* spread, int n, float* out) {
+  if (group > kCentroidMaxGroup) {
+    for (int i = 0; i < n; ++i) out[i] = CentroidScore(q, qq, group, dim, c[i], spread[i]);
+    return;
+  }
+  constexpr int kL = kCentroidLanes, kTile = 32;
+  const float factor = SpreadFactor(dim);
+  for (int i0 = 0; i0 < n; i0 += kL) {
+    const int lanes = n - i0 < kL ? n - i0 : kL;
+    alignas(32) float acc[kCentroidMaxGroup][kL] = {};
+    alignas(32) float tile[kTile][kL];
+    for (int j0 = 0; j0 < dim; j0 += kTile) {
+      const int width = dim - j0 < kTile ? dim - j0 : kTile;
+      for (int l = 0; l < kL; ++l) {
+        for (int j = 0; j < width; ++j) tile[j][l] = l < lanes ? c[i0 + l][j0 + j] : 0.0f;
+      }
+      for (int j = 0; j < width; ++j) {
+        for (int g = 0; g < group; ++g) {
+          const float x = q[static_cast<long>(g) * dim + j0 + j];
+          for (int l = 0; l < kL; ++l) acc[g][l] = std::fma(x, tile[j][l], acc[g][l]);
+        }
+      }
+    }
+    for (int l = 0; l < lanes; ++l) {
+      float best = 0;
+      for (int g = 0; g < group; ++g) {
+        const float weight = qq[g] * spread[i0 + l];
+        const float s = std::fma(weight, factor, acc[g][l]);
+        best = g == 0 || s > best ? s : best;
+      }
+      out[i0 + l] = best;
+    }
+  }
+}
+
 }  // namespace icecache
