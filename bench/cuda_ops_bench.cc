@@ -48,6 +48,13 @@ Tensor Random(Backend& b, DType dtype, std::initializer_list<int64_t> shape, uin
   return t;
 }
 
+// `v` copied to a new i32 tensor of `shape` in `b`'s memory.
+Tensor UploadI32(Backend& b, const std::vector<int32_t>& v, std::initializer_list<int64_t> shape) {
+  Tensor t = b.Allocate(DType::kI32, shape).value();
+  (void)b.Copy(Tensor(const_cast<int32_t*>(v.data()), DType::kI32, shape), t);
+  return t;
+}
+
 // Measured time and ops of a benchmark run.
 struct Timing {
   double seconds = 0.0;
@@ -180,21 +187,15 @@ PagedKv MakeKv(Backend& b, int64_t context, int64_t queries) {
     indptr.push_back(static_cast<int32_t>((h + 1) * pages_per_row));
   }
   std::vector<int32_t> indices(ids.begin(), ids.end());
-  auto upload = [&](const std::vector<int32_t>& v) {
-    Tensor t = b.Allocate(DType::kI32, {static_cast<int64_t>(v.size())}).value();
-    Tensor host(const_cast<int32_t*>(v.data()), DType::kI32, {static_cast<int64_t>(v.size())});
-    (void)b.Copy(host, t);
-    return t;
-  };
   // Indices in row order: row h lists ids[h * pages_per_row ...].
-  p.pos = upload(pos);
-  p.indptr = upload(indptr);
-  p.indices = upload(indices);
-  p.lens = upload(lens);
+  p.pos = UploadI32(b, pos, {static_cast<int64_t>(pos.size())});
+  p.indptr = UploadI32(b, indptr, {static_cast<int64_t>(indptr.size())});
+  p.indices = UploadI32(b, indices, {static_cast<int64_t>(indices.size())});
+  p.lens = UploadI32(b, lens, {static_cast<int64_t>(lens.size())});
   std::vector<int32_t> qpos, rb(static_cast<size_t>(queries), 0);
   for (int64_t i = 0; i < queries; ++i) qpos.push_back(static_cast<int32_t>(context - queries + i));
-  p.qpos = upload(qpos);
-  p.row_base = upload(rb);
+  p.qpos = UploadI32(b, qpos, {static_cast<int64_t>(qpos.size())});
+  p.row_base = UploadI32(b, rb, {static_cast<int64_t>(rb.size())});
   p.q = Random(b, DType::kBF16, {queries, heads, d}, 6);
   p.out = b.Allocate(DType::kBF16, {queries, heads, d}).value();
   AttentionArgs& a = p.args;
@@ -275,14 +276,10 @@ void BM_SelectPages(benchmark::State& state) {
   const int64_t per_row = pages / rows;
   std::vector<int32_t> iota(static_cast<size_t>(pages)), full(static_cast<size_t>(pages), ps);
   std::iota(iota.begin(), iota.end(), 0);
-  auto upload = [&](const std::vector<int32_t>& v, std::initializer_list<int64_t> shape) {
-    Tensor t = b->Allocate(DType::kI32, shape).value();
-    (void)b->Copy(Tensor(const_cast<int32_t*>(v.data()), DType::kI32, shape), t);
-    return t;
-  };
   const KvPoolView pool{
       kv.k.data(), kv.v.data(), kv.pos.data_as<int32_t>(), DType::kBF16, pages, ps, d};
-  PageBoundsArgs bounds{pool, upload(iota, {pages}), upload(full, {pages}), upload(iota, {pages}),
+  PageBoundsArgs bounds{pool, UploadI32(*b, iota, {pages}), UploadI32(*b, full, {pages}),
+                        UploadI32(*b, iota, {pages}),
                         b->Allocate(kMeanKeyDType, {pages, 1, d}).value()};
   bounds.spread = b->Allocate(DType::kF32, {pages}).value();
   b->PageBounds(bounds);
@@ -298,10 +295,10 @@ void BM_SelectPages(benchmark::State& state) {
   }
   PageSelectArgs a;
   a.q = Random(*b, DType::kBF16, {rows * group * d}, 11);
-  a.list_ids = upload(ids, {rows, per_row});
-  a.list_lens = upload(full, {rows, per_row});
-  a.list_rows = upload(ids, {rows, per_row});
-  a.limits = upload(limits, {rows, 5});
+  a.list_ids = UploadI32(*b, ids, {rows, per_row});
+  a.list_lens = UploadI32(*b, full, {rows, per_row});
+  a.list_rows = UploadI32(*b, ids, {rows, per_row});
+  a.limits = UploadI32(*b, limits, {rows, 5});
   a.bounds = bounds.bounds;
   a.spread = bounds.spread;
   a.scores = b->Allocate(DType::kF32, {rows, per_row}).value();

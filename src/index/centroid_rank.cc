@@ -39,29 +39,18 @@ void CentroidRanker::Select(const KvSequence& seq, int layer, int head, const Li
   QuerySquares(q, group, d, qq_.data());
   // Pages are scored kCentroidLanes at a time (CentroidScores: CentroidScore's bits). The cached
   // means stay put while the batch fills (the map's nodes do not move).
-  const float* lane_keys[kCentroidLanes];
-  float lane_spread[kCentroidLanes], lane_out[kCentroidLanes];
-  int32_t lane_entry[kCentroidLanes];
-  int pending = 0;
-  auto flush = [&] {
-    CentroidScores(q, qq_.data(), group, d, lane_keys, lane_spread, pending, lane_out);
-    for (int l = 0; l < pending; ++l) scores_[lane_entry[l]] = lane_out[l];
-    pending = 0;
-  };
+  CentroidBatch batch(q, qq_.data(), group, d, scores_.data());
   for (int32_t i = r.sink_end; i < r.window_begin; ++i) {
     const PageRef& page = pages[i];
     if (page.len > 0) {
       const CachedMean& m = MeanKey(seq, reader, page);
-      lane_keys[pending] = m.mean.data();
-      lane_spread[pending] = m.spread;
-      lane_entry[pending++] = i;
-      if (pending == kCentroidLanes) flush();
+      batch.Add(m.mean.data(), m.spread, i);
     } else {
       scores_[i] = -std::numeric_limits<float>::infinity();
     }
     order_.push_back(i);
   }
-  if (pending > 0) flush();
+  batch.Flush();
   stats->nodes_visited += static_cast<int64_t>(order_.size());
   int64_t tokens = static_cast<int64_t>(limits.budget) - r.sink_tokens - r.window_tokens;
   const int64_t pages_left =

@@ -147,4 +147,37 @@ inline void CentroidScores(const float* q, const float* qq, int group, int dim,
   }
 }
 
+// Feeds CentroidScores from a scan over candidates: each Add keeps a key (by pointer, which must
+// stay valid until the next Flush) and the index its score goes to in `scores`; every
+// kCentroidLanes keys, and at Flush, the batch is scored.
+class CentroidBatch {
+ public:
+  CentroidBatch(const float* q, const float* qq, int group, int dim, float* scores)
+      : q_(q), qq_(qq), group_(group), dim_(dim), scores_(scores) {}
+  // Keys waiting (the lane the next Add takes).
+  int pending() const { return n_; }
+  void Add(const float* key, float spread, int64_t index) {
+    keys_[n_] = key;
+    spread_[n_] = spread;
+    index_[n_++] = index;
+    if (n_ == kCentroidLanes) Flush();
+  }
+  void Flush() {
+    float out[kCentroidLanes];
+    CentroidScores(q_, qq_, group_, dim_, keys_, spread_, n_, out);
+    for (int l = 0; l < n_; ++l) scores_[index_[l]] = out[l];
+    n_ = 0;
+  }
+
+ private:
+  const float* q_;
+  const float* qq_;
+  int group_, dim_;
+  float* scores_;
+  const float* keys_[kCentroidLanes] = {};
+  float spread_[kCentroidLanes] = {};
+  int64_t index_[kCentroidLanes] = {};
+  int n_ = 0;
+};
+
 }  // namespace icecache

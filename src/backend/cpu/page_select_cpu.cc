@@ -109,12 +109,8 @@ void SelectPagesCpu(const PageSelectArgs& a) {
   std::vector<float> q(static_cast<size_t>(a.q.numel()));
   for (int64_t i = 0; i < a.q.numel(); ++i) q[i] = LoadElem(a.q.data(), a.q.dtype(), i);
   std::vector<int32_t> order, taken;
-  // Dequantized mean keys of the candidates scored together, their spreads, entries and scores.
+  // Dequantized mean keys of the candidates scored together, one row per lane of a batch.
   std::vector<float> c(static_cast<size_t>(kCentroidLanes) * d), qq(group);
-  std::vector<const float*> lane_keys(kCentroidLanes);
-  for (int l = 0; l < kCentroidLanes; ++l) lane_keys[l] = c.data() + static_cast<int64_t>(l) * d;
-  std::vector<float> lane_spread(kCentroidLanes), lane_out(kCentroidLanes);
-  std::vector<int> lane_entry(kCentroidLanes);
   for (int r = 0; r < rows; ++r) {
     const float* qr = q.data() + static_cast<int64_t>(r * group) * d;
     if (bound_rows == 1) QuerySquares(qr, group, d, qq.data());
@@ -122,41 +118,33 @@ void SelectPagesCpu(const PageSelectArgs& a) {
     const int64_t base = static_cast<int64_t>(r) * stride;
     float* scores = a.scores.data_as<float>() + base;
     // Mean keys are scored kCentroidLanes at a time (CentroidScores: CentroidScore's bits).
-    int pending = 0;
-    auto flush = [&] {
-      CentroidScores(qr, qq.data(), group, d, lane_keys.data(), lane_spread.data(), pending,
-                     lane_out.data());
-      for (int i = 0; i < pending; ++i) scores[lane_entry[i]] = lane_out[i];
-      pending = 0;
-    };
+    CentroidBatch batch(qr, qq.data(), group, d, scores);
     for (int e = lim.sink_end; e < lim.window_begin; ++e) {
       const int32_t row = list_rows[base + e];
       float best = -std::numeric_limits<float>::infinity();
       if (row >= 0 && row < summaries && list_lens[base + e] > 0) {
         const char* bytes = static_cast<const char*>(a.bounds.data()) + row * row_bytes;
-        const int64_t b = static_cast<int64_t>(row) * bound_rows * d;
         if (bound_rows == 1) {
-          DequantizeRow(a.bounds.dtype(), bytes, c.data() + static_cast<int64_t>(pending) * d, d);
-          lane_spread[pending] = a.spread.data_as<const float>()[row];
-          lane_entry[pending++] = e;
-          if (pending == kCentroidLanes) flush();
+          float* key = c.data() + static_cast<int64_t>(batch.pending()) * d;
+          DequantizeRow(a.bounds.dtype(), bytes, key, d);
+          batch.Add(key, a.spread.data_as<const float>()[row], e);
           continue;
-        } else {
-          for (int g = 0; g < group; ++g) {
-            const float* qg = q.data() + static_cast<int64_t>(r * group + g) * d;
-            float s = 0;
-            for (int j = 0; j < d; ++j) {
-              const float lo = LoadElem(a.bounds.data(), a.bounds.dtype(), b + j);
-              const float hi = LoadElem(a.bounds.data(), a.bounds.dtype(), b + d + j);
-              s += std::max(qg[j] * lo, qg[j] * hi);
-            }
-            best = std::max(best, s);
+        }
+        const int64_t b = static_cast<int64_t>(row) * bound_rows * d;
+        for (int g = 0; g < group; ++g) {
+          const float* qg = q.data() + static_cast<int64_t>(r * group + g) * d;
+          float s = 0;
+          for (int j = 0; j < d; ++j) {
+            const float lo = LoadElem(a.bounds.data(), a.bounds.dtype(), b + j);
+            const float hi = LoadElem(a.bounds.data(), a.bounds.dtype(), b + d + j);
+            s += std::max(qg[j] * lo, qg[j] * hi);
           }
+          best = std::max(best, s);
         }
       }
       scores[e] = best;
     }
-    if (pending > 0) flush();
+    batch.Flush();
     // The best `want` by (score descending, entry ascending), walked greedily.
     const int n_cand = lim.window_begin - lim.sink_end;
     const int want =
