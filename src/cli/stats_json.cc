@@ -72,17 +72,29 @@ std::string KvStatsText(const KvStats& s, double prefill_seconds) {
       "layers\n"
       "index            {:.1f} nodes visited per (layer, KV head) per step; {} of metadata\n"
       "fetch            {:.1f} pages, {} per step; hit rate {:.1f}%\n"
-      "memory           host KV {}{}, working set {}{}\n"
-      "time per step    {:.3f} ms: select {:.3f} ms ({:.1f}%), fetch {:.3f} ms ({:.1f}%), "
-      "attend {:.3f} ms ({:.1f}%), index update {:.3f} ms ({:.1f}%), rest {:.3f} ms ({:.1f}%)",
+      "memory           host KV {}{}, working set {}{}\n",
       s.policy, s.decode_steps, s.context_tokens, s.sparse_layers, s.dense_layers,
       s.tokens_attended, s.tokens_attended_dense, s.nodes_visited, HumanBytes(s.index_bytes),
       s.pages_fetched, HumanBytes(static_cast<int64_t>(s.bytes_fetched)), 100.0 * s.hit_rate,
       HumanBytes(s.host_kv_bytes), s.kv_offloaded ? " (pinned host memory)" : "",
-      HumanBytes(s.working_set_bytes), s.kv_offloaded ? " (device memory)" : "", ms(step),
-      ms(s.select_seconds), pct(s.select_seconds), ms(s.fetch_seconds), pct(s.fetch_seconds),
-      ms(s.attend_seconds), pct(s.attend_seconds), ms(s.update_seconds), pct(s.update_seconds),
-      ms(s.other_seconds), pct(s.other_seconds));
+      HumanBytes(s.working_set_bytes), s.kv_offloaded ? " (device memory)" : "");
+  // A device that selects queues select, fetch and attend with the model's work: the host sees
+  // them apart only with --kv-timing (events around each phase), so without it they are not
+  // shown as zeros.
+  if (s.device_select && s.select_seconds + s.fetch_seconds + s.attend_seconds == 0) {
+    text += fmt::format(
+        "time per step    {:.3f} ms: index update {:.3f} ms ({:.1f}%), rest {:.3f} ms ({:.1f}%), "
+        "select, fetch and attend included (run with --kv-timing to split them out)",
+        ms(step), ms(s.update_seconds), pct(s.update_seconds), ms(s.other_seconds),
+        pct(s.other_seconds));
+  } else {
+    text += fmt::format(
+        "time per step    {:.3f} ms: select {:.3f} ms ({:.1f}%), fetch {:.3f} ms ({:.1f}%), "
+        "attend {:.3f} ms ({:.1f}%), index update {:.3f} ms ({:.1f}%), rest {:.3f} ms ({:.1f}%)",
+        ms(step), ms(s.select_seconds), pct(s.select_seconds), ms(s.fetch_seconds),
+        pct(s.fetch_seconds), ms(s.attend_seconds), pct(s.attend_seconds), ms(s.update_seconds),
+        pct(s.update_seconds), ms(s.other_seconds), pct(s.other_seconds));
+  }
   if (s.update_beside_seconds > 0) {
     text += fmt::format(
         "\nindex update     {:.3f} ms per step beside the next step's device work (not in the "
@@ -110,9 +122,6 @@ std::string KvStatsText(const KvStats& s, double prefill_seconds) {
           "\nprefetch         {:.1f} pages per step brought in ahead of their layer (in the "
           "bytes above)",
           s.pages_prefetched);
-    }
-    if (s.select_seconds + s.fetch_seconds + s.attend_seconds == 0) {
-      text += "\n                 (select/fetch/attend not split: run with --kv-timing)";
     }
   }
   if (s.prompt_index_seconds > 0) {

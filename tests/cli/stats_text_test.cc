@@ -1,0 +1,47 @@
+// The --kv-stats report (cli/stats_json.h): how it shows a step's time split.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cli/stats_json.h"
+
+namespace icecache::cli {
+namespace {
+
+KvStats Sample() {
+  KvStats s;
+  s.policy = "icecache";
+  s.decode_steps = 16;
+  s.kv_offloaded = true;
+  s.device_select = true;
+  s.update_seconds = 0.5e-3;
+  s.other_seconds = 11.5e-3;
+  return s;
+}
+
+TEST(KvStatsTextTest, DeviceSelectionWithoutTimingIsNotShownAsZeroPhases) {
+  const std::string text = KvStatsText(Sample());
+  EXPECT_NE(text.find("time per step    12.000 ms: index update 0.500 ms (4.2%), rest 11.500 ms"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("run with --kv-timing"), std::string::npos) << text;
+  EXPECT_EQ(text.find("select 0.000"), std::string::npos) << text;
+}
+
+TEST(KvStatsTextTest, TimedPhasesAreSplit) {
+  KvStats s = Sample();
+  s.select_seconds = 1e-3;
+  s.fetch_seconds = 4e-3;
+  s.attend_seconds = 0.5e-3;
+  s.other_seconds = 6e-3;
+  const std::string text = KvStatsText(s);
+  EXPECT_NE(text.find("time per step    12.000 ms: select 1.000 ms (8.3%), fetch 4.000 ms "
+                      "(33.3%), attend 0.500 ms (4.2%), index update 0.500 ms (4.2%), rest "
+                      "6.000 ms (50.0%)"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("--kv-timing"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace icecache::cli
