@@ -33,17 +33,11 @@ done
 [[ -f $A && -f $B ]] || { echo "need --a and --b bundles"; exit 2; }
 OUT=${OUT:-$ROOT/out/gpu-bundle-ab}
 source "$ROOT/tools/gpu/log.sh"
-declare -A BINS
-for side in A B; do
-  BUNDLE=${!side}
-  source "$ROOT/tools/gpu/binaries.sh"
-  mkdir -p "/tmp/icecache-ab-$side" && cp -r "$DEST/." "/tmp/icecache-ab-$side/"
-  BINS[$side]=/tmp/icecache-ab-$side/bin/icecache
-done
-export LD_LIBRARY_PATH=/tmp/icecache-ab-B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source "$ROOT/tools/gpu/ab_bundles.sh"
+declare -A BINS=([A]=${AB_DIR[A]}/bin/icecache [B]=${AB_DIR[B]}/bin/icecache)
 if [[ $TESTS == 1 ]]; then
   step "bundle B: offload and device-selection CUDA tests"
-  timeout 300 /tmp/icecache-ab-B/bin/backend_cuda_tests --gtest_color=no --gtest_brief=1 \
+  timeout 300 "${AB_DIR[B]}/bin/backend_cuda_tests" --gtest_color=no --gtest_brief=1 \
     --gtest_filter='CudaOffload*:CudaPageSelect*' 2>&1 | tail -5 || fail "CUDA tests"
 fi
 for ctx in $CONTEXTS; do
@@ -64,7 +58,7 @@ for ctx in $CONTEXTS; do
       fi
       step "$side: context $ctx, $cfg ${flags[*]}"
       timeout 300 "${BINS[$side]}" "${args[@]}" "${flags[@]}" >"$OUT/tmp.json" 2>"$OUT/tmp.err" ||
-        fail "$side $cfg $ctx: $(tail -1 "$OUT/tmp.err")"
+        { fail "$side $cfg $ctx: $(tail -1 "$OUT/tmp.err")"; continue; }
       grep -E "time per step|selection|prompt index|fetch|prefetch" "$OUT/tmp.err"
       python3 -c 'import json,sys; print(json.dumps({"side": sys.argv[2], "config": sys.argv[3], **json.load(open(sys.argv[1]))["results"][0]}))' \
         "$OUT/tmp.json" "$side" "$cfg" >>"$OUT/ab.jsonl"

@@ -379,8 +379,8 @@ __global__ void __launch_bounds__(kRankThreads)
   using Scan = cub::BlockScan<int, kRankThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ unsigned hist[256];
-  __shared__ uint32_t s_prefix, s_mask;
-  __shared__ int s_remaining, s_taken_eq, s_selected, s_taken;
+  __shared__ uint32_t s_prefix, s_mask, s_and, s_or;
+  __shared__ int s_remaining, s_done, s_taken_eq, s_selected, s_taken;
   __shared__ unsigned long long sort_keys[kSortCap];
   __shared__ int taken[kSortCap];
 
@@ -405,22 +405,66 @@ __global__ void __launch_bounds__(kRankThreads)
     }
   }
 
-  // Radix select: the key of the want-th best candidate and how many equal to it to take.
+  // Radix select: the key of the want-th best candidate and how many equal to it to take, as a
+  // prefix under a mask of its leading bits. The bits above the highest bit in which the row's
+  // keys differ are the same in every key, so the digits start there (scores of a row are close:
+  // their sign and most of their exponent agree), and a digit whose bin of the want-th key is
+  // taken whole ends the search early: every key in that bin is selected, so the bits below
+  // cannot change the set.
   if (tid == 0) {
     s_prefix = 0;
-    s_mask = 0;
+    s_mask = 0xffffffffu;
     s_remaining = want;
+    s_and = 0xffffffffu;
+    s_or = 0u;
+    s_done = 0;
   }
   __syncthreads();
   if (want > 0 && want < n_cand) {
-    for (int shift = 24; shift >= 0; shift -= 8) {
+    uint32_t k_and = 0xffffffffu, k_or = 0u;
+    if (held) {
+#pragma unroll
+      for (int j = 0; j < kRankHeld; ++j) {
+        if (first + j < n_cand) {
+          k_and &= keys[j];
+          k_or |= keys[j];
+        }
+      }
+    } else {
+      for (int i = tid; i < n_cand; i += blockDim.x) {
+        const uint32_t k = OrderKey(scores[lim.sink_end + i]);
+        k_and &= k;
+        k_or |= k;
+      }
+    }
+    k_and = __reduce_and_sync(0xffffffffu, k_and);
+    k_or = __reduce_or_sync(0xffffffffu, k_or);
+    if ((tid & 31) == 0) {
+      atomicAnd(&s_and, k_and);
+      atomicOr(&s_or, k_or);
+    }
+    __syncthreads();
+    const uint32_t differ = s_and ^ s_or;
+    // Digits [lo, top] from the highest differing bit down; none when all keys are equal.
+    int top = differ == 0 ? -1 : 31 - __clz(differ);
+    const uint32_t lead = top >= 31 ? 0u : 0xffffffffu << (top + 1);
+    if (tid == 0) {
+      s_prefix = s_and & lead;
+      s_mask = lead;
+    }
+    __syncthreads();
+    while (top >= 0) {
+      const int lo = max(0, top - 7);
+      const uint32_t digit = (0xffffffffu >> (31 - (top - lo))) << lo;  // bits lo .. top
       for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
       __syncthreads();
       const uint32_t prefix = s_prefix, mask = s_mask;
-      // Scores of a row are close, so most share their top bits: a warp's lanes with the same
-      // bin add once, by their leader (every lane runs every round, so the warp stays whole).
+      // Most keys share a bin in the first digits: a warp's lanes with the same bin add once,
+      // by their leader (every lane runs every round, so the warp stays whole). After the first
+      // digit few keys still match the prefix, and a warp with none skips the match.
       auto count = [&](bool valid, uint32_t k) {
-        const int bin = valid && (k & mask) == prefix ? static_cast<int>((k >> shift) & 255u) : -1;
+        const int bin = valid && (k & mask) == prefix ? static_cast<int>((k & digit) >> lo) : -1;
+        if (!__any_sync(0xffffffffu, bin >= 0)) return;
         const unsigned peers = __match_any_sync(0xffffffffu, bin);
         if (bin >= 0 && (tid & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
       };
@@ -436,9 +480,9 @@ __global__ void __launch_bounds__(kRankThreads)
       __syncthreads();
       if (tid < 32) {
         // Lane l owns bins [8 (31 - l), 8 (31 - l) + 8): lane 0 the highest.
-        const int lo = 8 * (31 - tid);
+        const int lo8 = 8 * (31 - tid);
         unsigned own = 0;
-        for (int b = 0; b < 8; ++b) own += hist[lo + b];
+        for (int b = 0; b < 8; ++b) own += hist[lo8 + b];
         unsigned incl = own;  // inclusive sum over lanes 0..tid (bins from the top down)
         for (int o = 1; o < 32; o <<= 1) {
           const unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
@@ -449,11 +493,12 @@ __global__ void __launch_bounds__(kRankThreads)
         if (excl < need && incl >= need) {
           unsigned above = excl;
           for (int b = 7; b >= 0; --b) {
-            const unsigned c = hist[lo + b];
+            const unsigned c = hist[lo8 + b];
             if (above + c >= need) {
-              s_prefix = prefix | (static_cast<uint32_t>(lo + b) << shift);
-              s_mask = mask | (255u << shift);
+              s_prefix = prefix | (static_cast<uint32_t>(lo8 + b) << lo);
+              s_mask = mask | digit;
               s_remaining = static_cast<int>(need - above);
+              s_done = above + c == need;  // the bin is taken whole
               break;
             }
             above += c;
@@ -461,11 +506,13 @@ __global__ void __launch_bounds__(kRankThreads)
         }
       }
       __syncthreads();
+      if (s_done) break;
+      top = lo - 1;
     }
   }
   // Collect: keys above the threshold, and the first s_remaining equal to it by entry.
   const bool all = want >= n_cand;
-  const uint32_t thr = s_prefix;
+  const uint32_t thr = s_prefix, cmask = s_mask;  // compared under the mask
   const int eq_take = s_remaining;
   if (tid == 0) {
     s_taken_eq = 0;
@@ -482,8 +529,8 @@ __global__ void __launch_bounds__(kRankThreads)
 #pragma unroll
     for (int j = 0; j < kRankHeld; ++j) {
       if (first + j < n_cand) {
-        gt += all || keys[j] > thr;
-        eq += !all && keys[j] == thr;
+        gt += all || (keys[j] & cmask) > thr;
+        eq += !all && (keys[j] & cmask) == thr;
       }
     }
     int eq_before, eq_total;
@@ -496,7 +543,8 @@ __global__ void __launch_bounds__(kRankThreads)
 #pragma unroll
     for (int j = 0; j < kRankHeld; ++j) {
       if (first + j < n_cand) {
-        const bool sel = all || keys[j] > thr || (keys[j] == thr && eq_left-- > 0);
+        const uint32_t km = keys[j] & cmask;
+        const bool sel = all || km > thr || (km == thr && eq_left-- > 0);
         if (sel) {
           if (pos < kSortCap) sort_keys[pos] = sort_key(keys[j], first + j);
           ++pos;
@@ -512,8 +560,8 @@ __global__ void __launch_bounds__(kRankThreads)
     int gt = 0, eq = 0;
     if (i < n_cand) {
       k = OrderKey(scores[lim.sink_end + i]);
-      gt = all || k > thr;
-      eq = !all && k == thr;
+      gt = all || (k & cmask) > thr;
+      eq = !all && (k & cmask) == thr;
     }
     int eq_rank, eq_total;
     Scan(scan_tmp).ExclusiveSum(eq, eq_rank, eq_total);
