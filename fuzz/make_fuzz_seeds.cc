@@ -94,6 +94,11 @@ int main(int argc, char** argv) {
   st.AddMetadata("format", "pt");
   ok &= Write(out / "safetensors" / "small.safetensors", st.Serialize());
   ok &= Write(out / "safetensors" / "empty.safetensors", SafetensorsWriter().Serialize());
+  // Tensors without elements whose other dimensions are huge (valid files).
+  SafetensorsWriter zero;
+  zero.AddTensor("wide", DType::kF32, std::vector<int64_t>{0, int64_t{1} << 40}, nullptr);
+  zero.AddTensor("tall", DType::kBF16, std::vector<int64_t>{int64_t{1} << 40, 0}, nullptr);
+  ok &= Write(out / "safetensors" / "zero_elements.safetensors", zero.Serialize());
 
   if (!ok) {
     std::fprintf(stderr, "make_fuzz_seeds: cannot write under %s\n", out.c_str());
