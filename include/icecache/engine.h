@@ -50,7 +50,9 @@ struct EngineOptions {
   // selected and attended does not change; only when pages cross the host link. "auto": on a
   // GPU (where it overlaps with the layer's compute) for decode steps of one such sequence, off
   // for batches (their prefetches queue one after another: a loss on the H200 at batch 8) and on
-  // the CPU (where it only adds work). "on": also for batches.
+  // the CPU (where it only adds work); for one sequence it times runs of steps with and without
+  // the prefetch, keeps the faster and times them again every 250 steps or so (the choice
+  // changes speed only). "on": always, batches included.
   std::string kv_prefetch = "auto";
   // Where icecache finds the leaf a token joins when it leaves the recent window: "host" (the
   // index's beam search down its tree, during the index update) or "device" (device-side
@@ -123,7 +125,11 @@ struct KvStats {
   double nodes_visited = 0;     // index nodes / pages / keys scored per (layer, KV head) per step
   double pages_fetched = 0;     // pages copied into the working set per step for a selection
   double pages_prefetched = 0;  // pages copied in per step ahead of their layer (--kv-prefetch)
-  double bytes_fetched = 0;     // bytes copied into the working set per step (both kinds)
+  int64_t prefetch_steps = 0;   // decode steps that prefetched (of decode_steps)
+  // --kv-prefetch auto: the engine's last timing of steps with and without the prefetch (median
+  // seconds per step of each side; 0 before one finished).
+  double prefetch_probe_on_seconds = 0, prefetch_probe_off_seconds = 0;
+  double bytes_fetched = 0;  // bytes copied into the working set per step (both kinds)
   // Selected pages already resident (prefetched ones included) / pages selected.
   double hit_rate = 0;
   // Seconds per step: selection, working-set fetch, attention, the index's update after the

@@ -177,9 +177,10 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
   app.add_option("--kv-prefetch", o->kv_prefetch,
                  "device-side selection: while a layer computes, fetch the next layer's likely "
                  "pages from an early estimate of its queries (the selection itself is "
-                 "unchanged); auto: on a GPU for a step of one sequence (in a batch the "
-                 "sequences' prefetches queue one after another), off on the CPU, where it "
-                 "cannot overlap")
+                 "unchanged); auto: for a step of one sequence on a GPU, timed: runs of steps "
+                 "with and without it, the faster kept (timed again every 250 steps); off for "
+                 "batches (the sequences' prefetches queue one after another) and on the CPU, "
+                 "where it cannot overlap")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app.add_option("--index-update", o->index_update,

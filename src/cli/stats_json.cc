@@ -34,6 +34,9 @@ nlohmann::json KvStatsToJson(const KvStats& s) {
       {"nodes_visited", s.nodes_visited},
       {"pages_fetched", s.pages_fetched},
       {"pages_prefetched", s.pages_prefetched},
+      {"prefetch_steps", s.prefetch_steps},
+      {"prefetch_probe_on_seconds", s.prefetch_probe_on_seconds},
+      {"prefetch_probe_off_seconds", s.prefetch_probe_off_seconds},
       {"bytes_fetched", s.bytes_fetched},
       {"hit_rate", s.hit_rate},
       {"select_seconds", s.select_seconds},
@@ -117,11 +120,17 @@ std::string KvStatsText(const KvStats& s, double prefill_seconds) {
           "the rest by the host's tree search",
           s.tokens_routed_device, all, 100.0 * static_cast<double>(s.tokens_routed_device) / all);
     }
-    if (s.pages_prefetched > 0) {
+    if (s.prefetch_steps > 0) {
       text += fmt::format(
           "\nprefetch         {:.1f} pages per step brought in ahead of their layer (in the "
-          "bytes above)",
-          s.pages_prefetched);
+          "bytes above), in {} of {} steps",
+          s.pages_prefetched, s.prefetch_steps, s.decode_steps);
+    }
+    if (s.prefetch_probe_on_seconds > 0) {
+      text += fmt::format(
+          "\nprefetch timing  {:.3f} ms per step with it, {:.3f} ms without (the last probe of "
+          "--kv-prefetch auto; it keeps the faster)",
+          ms(s.prefetch_probe_on_seconds), ms(s.prefetch_probe_off_seconds));
     }
   }
   if (s.prompt_index_seconds > 0) {

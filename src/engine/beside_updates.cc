@@ -24,19 +24,22 @@ namespace {
 
 // ICECACHE_TRACE_STEPS=1: one line per batched decode step on stderr with the host time of each
 // phase (Transformer::PhaseTimes, the wait for the sampled ids, the join of index updates run
-// beside), to place a slow step without a profiler.
+// beside), to place a slow step without a profiler. `gap` is the host time from the last step's
+// ids reaching the host to this step's forward pass: with grow, stage and prepare it bounds how
+// long the device waits for the host between two steps (-1 for a decode loop's first step).
 bool TraceSteps() {
   static const bool on = EnvSwitch("ICECACHE_TRACE_STEPS", false);
   return on;
 }
 
-void PrintStepTrace(size_t batch, int64_t length, const Transformer::PhaseTimes& p, double sample_s,
-                    double updates_s, double step_s) {
+void PrintStepTrace(size_t batch, int64_t length, double gap_s, const Transformer::PhaseTimes& p,
+                    double sample_s, double updates_s, double step_s) {
   std::fprintf(stderr,
-               "step trace: batch %zu length %lld | grow %.3f stage %.3f prepare %.3f layers %.3f "
-               "logits %.3f sample %.3f updates %.3f | step %.3f ms\n",
-               batch, static_cast<long long>(length), 1e3 * p.grow, 1e3 * p.stage, 1e3 * p.prepare,
-               1e3 * p.layers, 1e3 * p.logits, 1e3 * sample_s, 1e3 * updates_s, 1e3 * step_s);
+               "step trace: batch %zu length %lld | gap %.3f grow %.3f stage %.3f prepare %.3f "
+               "layers %.3f logits %.3f sample %.3f updates %.3f | step %.3f ms\n",
+               batch, static_cast<long long>(length), gap_s < 0 ? -1.0 : 1e3 * gap_s, 1e3 * p.grow,
+               1e3 * p.stage, 1e3 * p.prepare, 1e3 * p.layers, 1e3 * p.logits, 1e3 * sample_s,
+               1e3 * updates_s, 1e3 * step_s);
 }
 
 }  // namespace
@@ -162,9 +165,12 @@ Result<Tensor> EngineImpl::DecodeBatch(std::span<SequenceState* const> states,
   const Status updated = work.Finish();
   const double dt = NowSeconds() - t0;
   if (TraceSteps()) {
-    PrintStepTrace(states.size(), states[0]->seq.length(), transformer_->last_phases(),
+    const double gap = trace_ids_at_ > 0 ? t0 - trace_ids_at_ : -1;
+    PrintStepTrace(states.size(), states[0]->seq.length(), gap, transformer_->last_phases(),
                    t_sampled - t_forward, t0 + dt - t_sampled, dt);
+    trace_ids_at_ = t_sampled;
   }
+  if (sparse) sparse_->EndStep(dt);
   for (size_t i = 0; i < states.size(); ++i) {
     SequenceState& st = *states[i];
     ChargeStep(st, tokens[i], dt, st.seq.length(), sparse);

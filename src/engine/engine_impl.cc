@@ -148,11 +148,11 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& opti
 
   e->sparse_ = std::make_unique<SparseAttention>(e->backend_.get(), c);
   e->sparse_->set_phase_timing(options.kv_timing);
-  // Prefetching pays where it overlaps with the layer's compute (a GPU's side stream); on the
-  // CPU it would only add work.
+  // Prefetching can pay only where it overlaps with the layer's compute (a GPU's side stream);
+  // on the CPU it would only add work. Whether it does pay is timed (PrefetchTuner).
   using Prefetch = SparseAttention::PrefetchMode;
   e->sparse_->set_prefetch(options.kv_prefetch == "on"            ? Prefetch::kOn
-                           : options.kv_prefetch == "auto" && gpu ? Prefetch::kAlone
+                           : options.kv_prefetch == "auto" && gpu ? Prefetch::kAuto
                                                                   : Prefetch::kOff);
   // The KV index workers: on the CPU they share the backend's thread count; on a GPU they are
   // the engine's only host threads besides the one that drives the device.
@@ -477,6 +477,7 @@ Result<std::vector<GenerateResult>> EngineImpl::RunBatch(std::span<SequenceState
   std::vector<int32_t> sampled;
   const bool device_sampler = backend_->device() != Device::kCpu;
   for (SequenceState* s : states) s->ResetAccounting();
+  trace_ids_at_ = 0;
   if (gens.size() == 1 && CanDecodeAhead(gens[0])) {
     ICECACHE_RETURN_IF_ERROR(DecodeAhead(gens[0]));
     active.clear();
@@ -541,6 +542,10 @@ Result<std::vector<GenerateResult>> EngineImpl::RunBatch(std::span<SequenceState
     st.peak_rss_bytes = peak;
     st.device_peak_bytes = backend_->device_memory().peak;
     st.kv = g.state()->Stats(info_.n_layers, info_.n_kv_heads);
+    if (st.kv.device_select && sparse_->prefetch_tuner().probes() > 0) {
+      st.kv.prefetch_probe_on_seconds = sparse_->prefetch_tuner().probe_on_seconds();
+      st.kv.prefetch_probe_off_seconds = sparse_->prefetch_tuner().probe_off_seconds();
+    }
     results.push_back(std::move(g.result()));
   }
   return results;

@@ -139,6 +139,7 @@ class EngineImpl : public Engine {
   std::vector<IndexUpdate> pending_;  // index updates left for the next decode step
   bool beside_scope_ = false;         // RunBatch's decode loop is running
   int64_t beside_index_updates_ = 0;
+  double trace_ids_at_ = 0;  // when the last traced step's ids reached the host
   ModelInfo info_;
 };
 

@@ -36,6 +36,7 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
     s.tokens_routed_host = ins.searched;
   }
   s.prompt_index_seconds = prompt_index_s;
+  s.prefetch_steps = acct.prefetch_steps;
   s.recall_samples = acct.recall.samples();
   s.recall_mean = acct.recall.Mean();
   s.recall_p10 = acct.recall.Percentile(0.1);

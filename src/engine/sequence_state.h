@@ -28,6 +28,7 @@ struct KvAccounting {
   double update_s = 0;          // the index's OnAppend after each step (waits for the device first)
   double update_beside_s = 0;   // the part of update_s that ran beside a step's device work
   double prepare_s = 0;         // DeviceSelection::Prepare before each step (host; in total_s)
+  int64_t prefetch_steps = 0;   // steps that prefetched (--kv-prefetch)
   WorkingSetCounters ws_start;  // working-set counters when accounting began
   RecallTally recall;           // KvConfig::recall: attention-mass recall samples
   double recall_s = 0;          // time spent measuring recall (not charged to the step)

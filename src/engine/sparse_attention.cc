@@ -18,6 +18,19 @@ SparseAttention::SparseAttention(Backend* backend, const ModelConfig& config)
   parallel_prepare_ = EnvSwitch("ICECACHE_PARALLEL_PREPARE", true);
 }
 
+void SparseAttention::SetBatch(std::span<SequenceState* const> states) {
+  states_ = states;
+  // Whether this step prefetches is decided once, for all its layers.
+  int selecting = 0;
+  for (const SequenceState* st : states_) selecting += st->device_select && st->sparse() ? 1 : 0;
+  step_tuned_ = prefetch_ == PrefetchMode::kAuto && selecting == 1;
+  step_prefetch_ =
+      selecting > 0 && (prefetch_ == PrefetchMode::kOn || (step_tuned_ && tuner_.wanted()));
+  if (step_prefetch_) {
+    for (SequenceState* st : states_) st->acct.prefetch_steps += st->device_select && st->sparse();
+  }
+}
+
 Status SparseAttention::Prepare(const StepContext& step) {
   if (step.seqs.size() != states_.size()) return Internal("sparse attention: batch mismatch");
   for (size_t i = 0; i < states_.size(); ++i) {
@@ -113,10 +126,16 @@ bool SelectsOnDevice(const SequenceState& st, int layer) {
 }  // namespace
 
 bool SparseAttention::WantsPrefetch(int layer) const {
-  if (prefetch_ == PrefetchMode::kOff) return false;
-  int selecting = 0;
-  for (const SequenceState* st : states_) selecting += SelectsOnDevice(*st, layer) ? 1 : 0;
-  return selecting == 1 || (selecting > 1 && prefetch_ == PrefetchMode::kOn);
+  if (!step_prefetch_) return false;
+  for (const SequenceState* st : states_) {
+    if (SelectsOnDevice(*st, layer)) return true;
+  }
+  return false;
+}
+
+void SparseAttention::EndStep(double step_seconds) {
+  if (step_tuned_) tuner_.Observe(step_seconds);
+  step_tuned_ = false;
 }
 
 Status SparseAttention::Prefetch(int layer, const Tensor& q_estimate) {

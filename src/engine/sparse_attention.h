@@ -30,6 +30,7 @@
 #include "core/thread_pool.h"
 #include "engine/attention_recall.h"
 #include "engine/layer_attention.h"
+#include "engine/prefetch_tuner.h"
 #include "engine/sequence_state.h"
 #include "model/model_config.h"
 
@@ -39,8 +40,9 @@ class SparseAttention : public LayerAttention {
  public:
   SparseAttention(Backend* backend, const ModelConfig& config);
 
-  // The sequences of the next forward pass, in batch order (one decode token each).
-  void SetBatch(std::span<SequenceState* const> states) { states_ = states; }
+  // The sequences of the next forward pass, in batch order (one decode token each). Decides
+  // whether that step prefetches (--kv-prefetch).
+  void SetBatch(std::span<SequenceState* const> states);
 
   // Threads for the host work of a batch's device-selection prepare (may be null: one thread).
   void set_workers(ThreadPool* workers) { workers_ = workers; }
@@ -50,11 +52,15 @@ class SparseAttention : public LayerAttention {
 
   // Prefetch from the transformer's early query estimates for sequences that select on the
   // device (--kv-prefetch): their next layer's pages move into the working set while the
-  // current layer computes. PrefetchMode::kAlone prefetches only for a step with one such sequence:
-  // in a batch the prefetches of all sequences queue one after another as side work, and on the
-  // H200 at batch 8 they cost more than they saved (docs/PERF.md).
-  enum class PrefetchMode { kOff, kOn, kAlone };
+  // current layer computes. PrefetchMode::kAuto never prefetches in a batch (the prefetches of
+  // all sequences queue one after another as side work, and on the H200 at batch 8 they cost
+  // more than they saved, docs/PERF.md); for a step of one such sequence the tuner decides, from
+  // the times of steps run with and without it (PrefetchTuner).
+  enum class PrefetchMode { kOff, kOn, kAuto };
   void set_prefetch(PrefetchMode mode) { prefetch_ = mode; }
+  // The time of the step just run with the batch of SetBatch (feeds the tuner when it decided).
+  void EndStep(double step_seconds);
+  const PrefetchTuner& prefetch_tuner() const { return tuner_; }
 
   Status Prepare(const StepContext& step) override;
   Status Attend(int layer, const Tensor& q, const Tensor& out) override;
@@ -117,6 +123,10 @@ class SparseAttention : public LayerAttention {
   AttentionRecall recall_;
   bool phase_timing_ = false;
   PrefetchMode prefetch_ = PrefetchMode::kOn;
+  PrefetchTuner tuner_;
+  // Whether the tuner decides for this step (kAuto, one device-selecting sequence), and whether
+  // the step prefetches.
+  bool step_tuned_ = false, step_prefetch_ = false;
 };
 
 }  // namespace icecache

@@ -1,4 +1,4 @@
-// The --kv-stats report (cli/stats_json.h): how it shows a step's time split.
+// The --kv-stats report (cli/stats_json.h): how it shows a step's time split and the prefetch.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -41,6 +41,26 @@ TEST(KvStatsTextTest, TimedPhasesAreSplit) {
             std::string::npos)
       << text;
   EXPECT_EQ(text.find("--kv-timing"), std::string::npos) << text;
+}
+
+TEST(KvStatsTextTest, PrefetchShowsItsStepsAndTheTunersTiming) {
+  KvStats s = Sample();
+  EXPECT_EQ(KvStatsText(s).find("prefetch"), std::string::npos);
+  s.prefetch_steps = 6;
+  s.pages_prefetched = 120.5;
+  s.prefetch_probe_on_seconds = 14.9e-3;
+  s.prefetch_probe_off_seconds = 12.0e-3;
+  const std::string text = KvStatsText(s);
+  EXPECT_NE(text.find("prefetch         120.5 pages per step brought in ahead of their layer "
+                      "(in the bytes above), in 6 of 16 steps"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("prefetch timing  14.900 ms per step with it, 12.000 ms without"),
+            std::string::npos)
+      << text;
+  const nlohmann::json j = KvStatsToJson(s);
+  EXPECT_EQ(j["prefetch_steps"], 6);
+  EXPECT_DOUBLE_EQ(j["prefetch_probe_off_seconds"].get<double>(), 12.0e-3);
 }
 
 }  // namespace

@@ -216,9 +216,10 @@ TEST_F(DeviceSelectionTest, PrefetchMovesPagesEarlierAndChangesNothingAttended) 
   }
 }
 
-// Which decode steps prefetch: on, every step with a device-selecting sequence; alone
+// Which decode steps prefetch: on, every step with a device-selecting sequence; auto
 // (--kv-prefetch auto on a GPU), only steps with exactly one (a batch's prefetches would queue one
-// after another); off, none. Layers kept dense select nothing, so they never prefetch.
+// after another), and then as its tuner says (a fresh one first times steps with the prefetch);
+// off, none. Layers kept dense select nothing, so they never prefetch.
 TEST_F(DeviceSelectionTest, PrefetchModesChooseTheStepsThatPrefetch) {
   KvConfig kv = Quest(64);
   kv.dense_layers = 1;
@@ -245,7 +246,7 @@ TEST_F(DeviceSelectionTest, PrefetchModesChooseTheStepsThatPrefetch) {
     Mode mode;
     bool one_selecting, two_selecting;
   };
-  for (const Case c : {Case{Mode::kOn, true, true}, Case{Mode::kAlone, true, false},
+  for (const Case c : {Case{Mode::kOn, true, true}, Case{Mode::kAuto, true, false},
                        Case{Mode::kOff, false, false}}) {
     SCOPED_TRACE(static_cast<int>(c.mode));
     sa.set_prefetch(c.mode);
