@@ -478,6 +478,7 @@ Result<std::vector<GenerateResult>> EngineImpl::RunBatch(std::span<SequenceState
   const bool device_sampler = backend_->device() != Device::kCpu;
   for (SequenceState* s : states) s->ResetAccounting();
   trace_ids_at_ = 0;
+  sparse_->BeginDecode();
   if (gens.size() == 1 && CanDecodeAhead(gens[0])) {
     ICECACHE_RETURN_IF_ERROR(DecodeAhead(gens[0]));
     active.clear();

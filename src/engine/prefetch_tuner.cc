@@ -64,4 +64,12 @@ void PrefetchTuner::Observe(double step_seconds) {
   }
 }
 
+void PrefetchTuner::NewRun() {
+  if (phase_ == Phase::kHold) return;
+  phase_ = Phase::kProbeOn;
+  steps_ = 0;
+  on_.clear();
+  off_.clear();
+}
+
 }  // namespace icecache

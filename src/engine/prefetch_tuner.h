@@ -32,6 +32,9 @@ class PrefetchTuner {
   bool wanted() const;
   // The time of the step that just ran with wanted() as it was before this call.
   void Observe(double step_seconds);
+  // A new decode loop (request) starts: a probe under way starts over, since its steps so far ran
+  // at another context length (a bench's short warm-up, another request); a choice is kept.
+  void NewRun();
 
   // The last finished probe: median step seconds with and without the prefetch (0: none yet).
   double probe_on_seconds() const { return on_s_; }

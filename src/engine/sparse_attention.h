@@ -60,6 +60,8 @@ class SparseAttention : public LayerAttention {
   void set_prefetch(PrefetchMode mode) { prefetch_ = mode; }
   // The time of the step just run with the batch of SetBatch (feeds the tuner when it decided).
   void EndStep(double step_seconds);
+  // A decode loop starts (PrefetchTuner::NewRun).
+  void BeginDecode() { tuner_.NewRun(); }
   const PrefetchTuner& prefetch_tuner() const { return tuner_; }
 
   Status Prepare(const StepContext& step) override;

@@ -84,6 +84,22 @@ TEST(PrefetchTuner, LeavesOutTheFirstStepOfEachSideAndTakesMedians) {
   EXPECT_TRUE(t.wanted());
 }
 
+TEST(PrefetchTuner, ANewRunRestartsAProbeButKeepsAChoice) {
+  PrefetchTuner t(Small());
+  // A short first request (a warm-up at a short context): 4 steps, 7 ms either way.
+  RunSteps(t, 4, 0.007, 0.007);
+  t.NewRun();
+  // The long request probes from the start: its steps alone decide.
+  const std::vector<bool> w = RunSteps(t, 7, 0.0175, 0.0140);
+  EXPECT_EQ(w, std::vector<bool>({true, true, true, false, false, false, false}));
+  EXPECT_DOUBLE_EQ(t.probe_on_seconds(), 0.0175);
+  EXPECT_DOUBLE_EQ(t.probe_off_seconds(), 0.0140);
+  // A held choice survives the next request.
+  t.NewRun();
+  EXPECT_FALSE(t.wanted());
+  EXPECT_EQ(t.probes(), 1);
+}
+
 TEST(PrefetchTuner, ClampsItsParameters) {
   PrefetchTuner::Params p;
   p.probe_steps = 0;  // at least 2: one left out, one timed
