@@ -3,8 +3,9 @@
 // prefill chunk (n = 4096: cuBLASLt), a layer's stacked decode projections against separate ones,
 // decode attention over 4K / 32K / 128K tokens, prefill attention of a 4096-token chunk at the end
 // of 32K tokens, RMSNorm, and one layer's device-side page selection (SelectPages over Q8_0 mean
-// keys, 8 KV heads of 32K / 128K tokens, budgets 256 and 2048). Skips (with a message) where no
-// GPU is present.
+// keys, 8 KV heads of 32K / 128K tokens, budgets 256 and 2048), and one layer's page fetch from
+// pinned host memory against the copy engines' contiguous and page-sized copies. Skips (with a
+// message) where no GPU is present.
 //
 //   build-x/bench/cuda_ops_bench [--benchmark_filter=Attention]
 //
@@ -317,6 +318,87 @@ BENCHMARK(BM_SelectPages)
     ->Args({32768, 2048})
     ->Args({131072, 256})
     ->Args({131072, 2048})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// One layer's page fetch at 128K and budget 2048: 8 KV heads of 8192 pages of 16 tokens in the
+// host tier (pinned host memory), 128 pages per head brought to the device, 8 KiB of K and V
+// each (8 MiB a call), three ways:
+//   0: MapPages as the engine runs it (AssignKernel, then FetchKernel: the SMs read the pages
+//      through mapped host memory); two disjoint selections alternate and each head has just
+//      the slots one needs, so every page is a miss;
+//   1: the same bytes as two contiguous copies (K, V): the copy engines at their best, the
+//      host link's ceiling;
+//   2: the same bytes as 4 KiB blocks at an 8 KiB pitch (one strided copy each for K and V):
+//      the copy engines moving page-sized pieces, the most a copy-engine fetch could reach
+//      (it would also need each layer's fetch list on the host, which the device makes).
+void BM_FetchPages(benchmark::State& state) {
+  Backend* b = Gpu();
+  if (b == nullptr) return state.SkipWithError("no GPU");
+  const int mode = static_cast<int>(state.range(0));
+  const int rows = 8, d = 128, ps = 16, per_row = 8192, picks = 128;
+  const int64_t host_pages = int64_t{rows} * per_row, slot_pages = int64_t{rows} * picks;
+  Tensor hk = b->AllocateStaging(DType::kBF16, {host_pages, ps, d}).value();
+  Tensor hv = b->AllocateStaging(DType::kBF16, {host_pages, ps, d}).value();
+  Tensor hpos = b->AllocateStaging(DType::kI32, {host_pages * ps}).value();
+  Tensor sk = b->Allocate(DType::kBF16, {slot_pages, ps, d}).value();
+  Tensor sv = b->Allocate(DType::kBF16, {slot_pages, ps, d}).value();
+  Tensor spos = b->Allocate(DType::kI32, {slot_pages * ps}).value();
+  const int64_t page_bytes = int64_t{ps} * d * 2;
+  const double bytes = 2.0 * static_cast<double>(slot_pages * page_bytes);
+  Timing t;
+  if (mode == 0) {
+    // Selections A and B: disjoint random pages of each head's own range.
+    std::mt19937 rng(7);
+    std::vector<int32_t> a_ids, b_ids;
+    for (int r = 0; r < rows; ++r) {
+      std::vector<int32_t> pick(per_row);
+      std::iota(pick.begin(), pick.end(), r * per_row);
+      std::shuffle(pick.begin(), pick.end(), rng);
+      a_ids.insert(a_ids.end(), pick.begin(), pick.begin() + picks);
+      b_ids.insert(b_ids.end(), pick.begin() + picks, pick.begin() + 2 * picks);
+    }
+    const Tensor sel[2] = {UploadI32(*b, a_ids, {rows, picks}),
+                           UploadI32(*b, b_ids, {rows, picks})};
+    PageMapArgs m;
+    m.sel_lens = UploadI32(*b, std::vector<int32_t>(rows * picks, ps), {rows, picks});
+    m.sel_count = UploadI32(*b, std::vector<int32_t>(rows, picks), {rows});
+    m.host = {hk.data(), hv.data(), hpos.data_as<int32_t>(), DType::kBF16, host_pages, ps, d};
+    m.slots = {sk.data(), sv.data(), spos.data_as<int32_t>(), DType::kBF16, slot_pages, ps, d};
+    m.capacity = picks;
+    m.resident = UploadI32(*b, std::vector<int32_t>(host_pages, -1), {host_pages});
+    m.slot_page = UploadI32(*b, std::vector<int32_t>(slot_pages, -1), {slot_pages});
+    m.slot_len = UploadI32(*b, std::vector<int32_t>(slot_pages, -1), {slot_pages});
+    m.table = b->Allocate(DType::kI32, {rows + 1 + 2 * rows * picks}).value();
+    m.fetch = b->Allocate(DType::kI32, {rows * (1 + 2 * picks)}).value();
+    m.counters = b->Allocate(DType::kI32, {8}).value();
+    int call = 0;
+    t = TimeOp(state, *b, 20, [&] {
+      m.sel_ids = sel[call++ % 2];
+      b->MapPages(m);
+    });
+    // Every page of every call must have been a miss: hits (counter 0) stay zero.
+    std::vector<int64_t> counters(4);
+    (void)b->Copy(m.counters, Tensor(counters.data(), DType::kI32, {8}));
+    if (counters[0] != 0) return state.SkipWithError("a map found pages resident");
+  } else {
+    const int64_t count = mode == 1 ? 1 : slot_pages;
+    const int64_t block = mode == 1 ? slot_pages * page_bytes : page_bytes;
+    const int64_t pitch = mode == 1 ? block : 2 * page_bytes;
+    bool ok = true;
+    t = TimeOp(state, *b, 20, [&] {
+      ok = ok && b->CopyBlocksQueued(hk.data(), sk.data(), count, block, pitch, block).ok();
+      ok = ok && b->CopyBlocksQueued(hv.data(), sv.data(), count, block, pitch, block).ok();
+    });
+    if (!ok) return state.SkipWithError("a copy failed");
+  }
+  state.counters["GB/s"] = t.Rate(bytes, 1e9);
+}
+BENCHMARK(BM_FetchPages)
+    ->ArgNames({"mode"})
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
