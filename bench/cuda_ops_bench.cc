@@ -4,8 +4,8 @@
 // decode attention over 4K / 32K / 128K tokens, prefill attention of a 4096-token chunk at the end
 // of 32K tokens, RMSNorm, and one layer's device-side page selection (SelectPages over Q8_0 mean
 // keys, 8 KV heads of 32K / 128K tokens, budgets 256 and 2048), and one layer's page fetch from
-// pinned host memory against the copy engines' contiguous and page-sized copies. Skips (with a
-// message) where no GPU is present.
+// pinned host memory against the copy engines' contiguous and page-sized copies, and beside an
+// MLP product as the prefetch runs. Skips (with a message) where no GPU is present.
 //
 //   build-x/bench/cuda_ops_bench [--benchmark_filter=Attention]
 //
@@ -321,6 +321,68 @@ BENCHMARK(BM_SelectPages)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// One layer's pages at 128K and budget 2048 in a host tier of pinned memory (8 KV heads of 8192
+// pages of 16 tokens), 128 of them per head to bring in, and MapPages' arguments for that: two
+// disjoint selections alternate and each head has just the slots one needs, so that every page
+// of every map is a miss (8 MiB of K and V a call). The pages are random ones of each head's
+// 8192, or with `consecutive` the first 128 and the next 128.
+struct FetchSetup {
+  static constexpr int kRows = 8, kDim = 128, kPage = 16, kPerRow = 8192, kPicks = 128;
+  static constexpr int64_t kHostPages = int64_t{kRows} * kPerRow;
+  static constexpr int64_t kSlotPages = int64_t{kRows} * kPicks;
+  static constexpr int64_t kPageBytes = int64_t{kPage} * kDim * 2;
+  static constexpr double kBytes = 2.0 * static_cast<double>(kSlotPages * kPageBytes);
+
+  FetchSetup(Backend& b, bool prefetch, bool consecutive = false) : b(b) {
+    hk = b.AllocateStaging(DType::kBF16, {kHostPages, kPage, kDim}).value();
+    hv = b.AllocateStaging(DType::kBF16, {kHostPages, kPage, kDim}).value();
+    hpos = b.AllocateStaging(DType::kI32, {kHostPages * kPage}).value();
+    sk = b.Allocate(DType::kBF16, {kSlotPages, kPage, kDim}).value();
+    sv = b.Allocate(DType::kBF16, {kSlotPages, kPage, kDim}).value();
+    spos = b.Allocate(DType::kI32, {kSlotPages * kPage}).value();
+    std::mt19937 rng(7);
+    std::vector<int32_t> a_ids, b_ids;
+    for (int r = 0; r < kRows; ++r) {
+      std::vector<int32_t> pick(kPerRow);
+      std::iota(pick.begin(), pick.end(), r * kPerRow);
+      if (!consecutive) std::shuffle(pick.begin(), pick.end(), rng);
+      a_ids.insert(a_ids.end(), pick.begin(), pick.begin() + kPicks);
+      b_ids.insert(b_ids.end(), pick.begin() + kPicks, pick.begin() + 2 * kPicks);
+    }
+    sel[0] = UploadI32(b, a_ids, {kRows, kPicks});
+    sel[1] = UploadI32(b, b_ids, {kRows, kPicks});
+    m.sel_lens = UploadI32(b, std::vector<int32_t>(kRows * kPicks, kPage), {kRows, kPicks});
+    m.sel_count = UploadI32(b, std::vector<int32_t>(kRows, kPicks), {kRows});
+    m.host = {hk.data(), hv.data(), hpos.data_as<int32_t>(), DType::kBF16, kHostPages, kPage, kDim};
+    m.slots = {sk.data(), sv.data(), spos.data_as<int32_t>(), DType::kBF16, kSlotPages,
+               kPage,     kDim};
+    m.capacity = kPicks;
+    m.resident = UploadI32(b, std::vector<int32_t>(kHostPages, -1), {kHostPages});
+    m.slot_page = UploadI32(b, std::vector<int32_t>(kSlotPages, -1), {kSlotPages});
+    m.slot_len = UploadI32(b, std::vector<int32_t>(kSlotPages, -1), {kSlotPages});
+    m.table = b.Allocate(DType::kI32, {kRows + 1 + 2 * kRows * kPicks}).value();
+    m.fetch = b.Allocate(DType::kI32, {kRows * (1 + 2 * kPicks)}).value();
+    m.counters = b.Allocate(DType::kI32, {8}).value();
+    // Prefetch mode, as the engine's prefetch maps run (no pending page).
+    if (prefetch) m.pending = UploadI32(b, std::vector<int32_t>(kRows, -1), {kRows});
+  }
+  void Map() {
+    m.sel_ids = sel[calls++ % 2];
+    b.MapPages(m);
+  }
+  // Whether every page of every map so far was a miss (no hits counted, none found resident).
+  bool AllMissed() {
+    std::vector<int64_t> counters(4);
+    (void)b.Copy(m.counters, Tensor(counters.data(), DType::kI32, {8}));
+    return counters[0] == 0;
+  }
+
+  Backend& b;
+  Tensor hk, hv, hpos, sk, sv, spos, sel[2];
+  PageMapArgs m;
+  int64_t calls = 0;
+};
+
 // One layer's page fetch at 128K and budget 2048: 8 KV heads of 8192 pages of 16 tokens in the
 // host tier (pinned host memory), 128 pages per head brought to the device, 8 KiB of K and V
 // each (8 MiB a call), three ways:
@@ -331,74 +393,69 @@ BENCHMARK(BM_SelectPages)
 //      host link's ceiling;
 //   2: the same bytes as 4 KiB blocks at an 8 KiB pitch (one strided copy each for K and V):
 //      the copy engines moving page-sized pieces, the most a copy-engine fetch could reach
-//      (it would also need each layer's fetch list on the host, which the device makes).
+//      (it would also need each layer's fetch list on the host, which the device makes);
+//   3: as 0, over consecutive pages (128 adjacent pages of each head): mode 0 against this one
+//      tells what scattered reads of host memory cost the kernel;
+//   4: as 2, the blocks spread over the whole host tier (a 256 KiB pitch): the same question for
+//      the copy engines.
 void BM_FetchPages(benchmark::State& state) {
   Backend* b = Gpu();
   if (b == nullptr) return state.SkipWithError("no GPU");
   const int mode = static_cast<int>(state.range(0));
-  const int rows = 8, d = 128, ps = 16, per_row = 8192, picks = 128;
-  const int64_t host_pages = int64_t{rows} * per_row, slot_pages = int64_t{rows} * picks;
-  Tensor hk = b->AllocateStaging(DType::kBF16, {host_pages, ps, d}).value();
-  Tensor hv = b->AllocateStaging(DType::kBF16, {host_pages, ps, d}).value();
-  Tensor hpos = b->AllocateStaging(DType::kI32, {host_pages * ps}).value();
-  Tensor sk = b->Allocate(DType::kBF16, {slot_pages, ps, d}).value();
-  Tensor sv = b->Allocate(DType::kBF16, {slot_pages, ps, d}).value();
-  Tensor spos = b->Allocate(DType::kI32, {slot_pages * ps}).value();
-  const int64_t page_bytes = int64_t{ps} * d * 2;
-  const double bytes = 2.0 * static_cast<double>(slot_pages * page_bytes);
+  FetchSetup f(*b, false, mode == 3);
   Timing t;
-  if (mode == 0) {
-    // Selections A and B: disjoint random pages of each head's own range.
-    std::mt19937 rng(7);
-    std::vector<int32_t> a_ids, b_ids;
-    for (int r = 0; r < rows; ++r) {
-      std::vector<int32_t> pick(per_row);
-      std::iota(pick.begin(), pick.end(), r * per_row);
-      std::shuffle(pick.begin(), pick.end(), rng);
-      a_ids.insert(a_ids.end(), pick.begin(), pick.begin() + picks);
-      b_ids.insert(b_ids.end(), pick.begin() + picks, pick.begin() + 2 * picks);
-    }
-    const Tensor sel[2] = {UploadI32(*b, a_ids, {rows, picks}),
-                           UploadI32(*b, b_ids, {rows, picks})};
-    PageMapArgs m;
-    m.sel_lens = UploadI32(*b, std::vector<int32_t>(rows * picks, ps), {rows, picks});
-    m.sel_count = UploadI32(*b, std::vector<int32_t>(rows, picks), {rows});
-    m.host = {hk.data(), hv.data(), hpos.data_as<int32_t>(), DType::kBF16, host_pages, ps, d};
-    m.slots = {sk.data(), sv.data(), spos.data_as<int32_t>(), DType::kBF16, slot_pages, ps, d};
-    m.capacity = picks;
-    m.resident = UploadI32(*b, std::vector<int32_t>(host_pages, -1), {host_pages});
-    m.slot_page = UploadI32(*b, std::vector<int32_t>(slot_pages, -1), {slot_pages});
-    m.slot_len = UploadI32(*b, std::vector<int32_t>(slot_pages, -1), {slot_pages});
-    m.table = b->Allocate(DType::kI32, {rows + 1 + 2 * rows * picks}).value();
-    m.fetch = b->Allocate(DType::kI32, {rows * (1 + 2 * picks)}).value();
-    m.counters = b->Allocate(DType::kI32, {8}).value();
-    int call = 0;
-    t = TimeOp(state, *b, 20, [&] {
-      m.sel_ids = sel[call++ % 2];
-      b->MapPages(m);
-    });
-    // Every page of every call must have been a miss: hits (counter 0) stay zero.
-    std::vector<int64_t> counters(4);
-    (void)b->Copy(m.counters, Tensor(counters.data(), DType::kI32, {8}));
-    if (counters[0] != 0) return state.SkipWithError("a map found pages resident");
+  if (mode == 0 || mode == 3) {
+    t = TimeOp(state, *b, 20, [&] { f.Map(); });
+    if (!f.AllMissed()) return state.SkipWithError("a map found pages resident");
   } else {
-    const int64_t count = mode == 1 ? 1 : slot_pages;
-    const int64_t block = mode == 1 ? slot_pages * page_bytes : page_bytes;
-    const int64_t pitch = mode == 1 ? block : 2 * page_bytes;
+    const int64_t page = FetchSetup::kPageBytes, slots = FetchSetup::kSlotPages;
+    const int64_t count = mode == 1 ? 1 : slots;
+    const int64_t block = mode == 1 ? slots * page : page;
+    const int64_t pitch = mode == 1   ? block
+                          : mode == 2 ? 2 * page
+                                      : FetchSetup::kHostPages / slots * page;
     bool ok = true;
     t = TimeOp(state, *b, 20, [&] {
-      ok = ok && b->CopyBlocksQueued(hk.data(), sk.data(), count, block, pitch, block).ok();
-      ok = ok && b->CopyBlocksQueued(hv.data(), sv.data(), count, block, pitch, block).ok();
+      ok = ok && b->CopyBlocksQueued(f.hk.data(), f.sk.data(), count, block, pitch, block).ok();
+      ok = ok && b->CopyBlocksQueued(f.hv.data(), f.sv.data(), count, block, pitch, block).ok();
     });
     if (!ok) return state.SkipWithError("a copy failed");
   }
-  state.counters["GB/s"] = t.Rate(bytes, 1e9);
+  state.counters["GB/s"] = t.Rate(FetchSetup::kBytes, 1e9);
 }
 BENCHMARK(BM_FetchPages)
     ->ArgNames({"mode"})
-    ->Arg(0)
-    ->Arg(1)
-    ->Arg(2)
+    ->DenseRange(0, 4)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// A prefetch beside the layer it overlaps, as the engine queues it: a map of one layer's pages
+// in prefetch mode (FetchSetup, 8 MiB from pinned host memory) as side work, and the gate/up
+// product of an MLP (1 x 4096 by 28672 x 4096, 235 MB of weights) on the main stream:
+//   0: the product alone;  1: the map alone (as side work);  2: both, the map beside the product.
+// With full overlap, mode 2 takes about the longer of modes 0 and 1.
+void BM_FetchBeside(benchmark::State& state) {
+  Backend* b = Gpu();
+  if (b == nullptr) return state.SkipWithError("no GPU");
+  const int mode = static_cast<int>(state.range(0));
+  FetchSetup f(*b, true);
+  Tensor x = Random(*b, DType::kBF16, {1, 4096}, 1);
+  Tensor w = Random(*b, DType::kBF16, {28672, 4096}, 2, 0.02f);
+  Tensor y = b->Allocate(DType::kBF16, {1, 28672}).value();
+  TimeOp(state, *b, 20, [&] {
+    if (mode != 0) {
+      b->BeginSideWork();
+      f.Map();
+      b->EndSideWork();
+    }
+    if (mode != 1) b->MatMul(x, w, nullptr, y);
+    b->JoinSideWork();
+  });
+  if (mode != 0 && !f.AllMissed()) return state.SkipWithError("a map found pages resident");
+}
+BENCHMARK(BM_FetchBeside)
+    ->ArgNames({"mode"})
+    ->DenseRange(0, 2)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

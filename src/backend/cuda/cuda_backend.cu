@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_matmul.h"
+#include "backend/cuda/side_timing.h"
 #include "core/check.h"
 #include "core/env_switch.h"
 
@@ -62,6 +63,8 @@ CudaBackend::~CudaBackend() {
   if (copy_) cudaStreamSynchronize(copy_.get());
   if (side_) cudaStreamSynchronize(side_.get());
   for (LaneState& lane : lanes_) cudaStreamSynchronize(lane.stream.get());
+  if (side_timing_) side_timing_->Report();
+  side_timing_.reset();
   if (timing_start_) {
     CollectGraphTiming();
     std::fprintf(stderr, "[cuda] %d graphs captured, %lld replays\n", graphs_captured_,
@@ -155,6 +158,9 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
     if (cudaEventCreate(&ev) == cudaSuccess) timing_end_.reset(ev);
     if (!timing_end_) timing_start_.reset();
   }
+
+  // ICECACHE_CUDA_SIDE_TIMING=1: time side work against the main work beside it.
+  if (EnvSwitch("ICECACHE_CUDA_SIDE_TIMING", false)) side_timing_ = std::make_unique<SideTiming>();
 
   // ICECACHE_CUDA_GRAPHS=0: run decode steps eagerly (no capture), to tell a graph problem from
   // a kernel one.
@@ -468,19 +474,23 @@ void CudaBackend::BeginSideWork() {
   ICECACHE_CHECK_MSG(!on_side_, "side work does not nest");
   CheckCuda(cudaEventRecord(side_start_.get(), compute_.get()), "cudaEventRecord (side)");
   CheckCuda(cudaStreamWaitEvent(side_.get(), side_start_.get(), 0), "cudaStreamWaitEvent (side)");
+  if (side_timing_) side_timing_->Begin(compute_.get());
   on_side_ = true;
 }
 
 void CudaBackend::EndSideWork() {
   ICECACHE_CHECK_MSG(on_side_, "EndSideWork without BeginSideWork");
   CheckCuda(cudaEventRecord(side_done_.get(), side_.get()), "cudaEventRecord (side)");
+  if (side_timing_) side_timing_->End(side_.get());
   on_side_ = false;
   side_pending_ = true;
 }
 
 void CudaBackend::JoinSideWork() {
   if (!side_pending_) return;
+  if (side_timing_) side_timing_->Arrive(compute_.get());
   CheckCuda(cudaStreamWaitEvent(compute_.get(), side_done_.get(), 0), "cudaStreamWaitEvent (side)");
+  if (side_timing_) side_timing_->Resume(compute_.get());
   side_pending_ = false;
 }
 

@@ -45,6 +45,7 @@ using EventPtr = std::unique_ptr<CUevent_st, EventDeleter>;
 using GraphExecPtr = std::unique_ptr<CUgraphExec_st, GraphExecDeleter>;
 
 class GemmRunner;  // cuBLASLt plans (cuda_matmul.cu)
+class SideTiming;  // ICECACHE_CUDA_SIDE_TIMING=1 (side_timing.h)
 
 // Aborts with the CUDA error text when `code` (a cudaError_t) is not success: for launches and
 // stream operations, whose failure is an internal bug or a broken device.
@@ -196,7 +197,8 @@ class CudaBackend final : public Backend {
   // Replay timing (ICECACHE_CUDA_TIMING=1): events around the last replay, read at the next.
   void CollectGraphTiming();
   EventPtr timing_start_, timing_end_;
-  Graph* timing_pending_ = nullptr;  // the graph whose last replay the events bracket
+  Graph* timing_pending_ = nullptr;          // the graph whose last replay the events bracket
+  std::unique_ptr<SideTiming> side_timing_;  // ICECACHE_CUDA_SIDE_TIMING=1
 
   Tensor upload_staging_;  // pinned host buffer of PrepareWeight (made on first use)
   // SampleTokensAsync: a ring of kSamplesInFlight slots, each with its per-row parameters

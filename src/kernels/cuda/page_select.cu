@@ -9,11 +9,13 @@
 // row) finds the best `pages_left` scores by a radix select on the scores' order-preserving bit
 // patterns, sorts those few by (score, entry) and walks them as AssembleSelection does. MapPages:
 // AssignKernel (one block per row) diffs the selection against the row's slots with warp ballots,
-// then FetchKernel copies the missing pages, one block per page.
+// then FetchKernel copies the missing pages, one block per page (a prefetch map: optionally a
+// few blocks per row, ICECACHE_PREFETCH_FETCH_BLOCKS).
 #include <algorithm>
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
 
+#include "core/env_switch.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 
@@ -835,32 +837,43 @@ __global__ void __launch_bounds__(kMapThreads)
   }
 }
 
-// Block (copy, row): copies one fetched page (K, V and positions) from the host tier.
+// Block (x, row): copies fetched pages x, x + gridDim.x, ... of the row (K, V and positions)
+// from the host tier. A normal map launches one block per slot of the row; a prefetch map only a
+// few per row (PrefetchFetchBlocks), so that it keeps to a few SMs beside the layer it overlaps.
 template <int N>
 __global__ void FetchKernel(const __grid_constant__ ParamBatch<PageMapParams, N> b) {
   const PageMapParams& p = b.p[blockIdx.z];
-  const int row = blockIdx.y, c = blockIdx.x;
-  if (row >= p.rows || c >= p.capacity) return;  // a batch entry smaller than the grid
+  const int row = blockIdx.y;
+  if (row >= p.rows) return;  // a batch entry smaller than the grid
   const int32_t* fetch = p.fetch + static_cast<int64_t>(row) * (1 + 2 * p.capacity);
-  if (c >= fetch[0]) return;
-  const int32_t src = fetch[1 + 2 * c], dst = fetch[2 + 2 * c];
-  if (src < 0 || src >= p.host_pages || dst < 0 || dst >= p.slot_pages) return;
+  const int count = min(fetch[0], p.capacity);
   const int64_t elems = static_cast<int64_t>(p.page_size) * p.head_dim;
   const int64_t words = elems * 2 / 16;  // 16-byte words per page of K (or V)
-  const uint4* sk =
-      reinterpret_cast<const uint4*>(static_cast<const Bf16*>(p.host_k) + src * elems);
-  const uint4* sv =
-      reinterpret_cast<const uint4*>(static_cast<const Bf16*>(p.host_v) + src * elems);
-  uint4* dk = reinterpret_cast<uint4*>(static_cast<Bf16*>(p.slot_k) + dst * elems);
-  uint4* dv = reinterpret_cast<uint4*>(static_cast<Bf16*>(p.slot_v) + dst * elems);
-  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
-    dk[i] = sk[i];
-    dv[i] = sv[i];
+  for (int c = blockIdx.x; c < count; c += gridDim.x) {
+    const int32_t src = fetch[1 + 2 * c], dst = fetch[2 + 2 * c];
+    if (src < 0 || src >= p.host_pages || dst < 0 || dst >= p.slot_pages) continue;
+    const uint4* sk =
+        reinterpret_cast<const uint4*>(static_cast<const Bf16*>(p.host_k) + src * elems);
+    const uint4* sv =
+        reinterpret_cast<const uint4*>(static_cast<const Bf16*>(p.host_v) + src * elems);
+    uint4* dk = reinterpret_cast<uint4*>(static_cast<Bf16*>(p.slot_k) + dst * elems);
+    uint4* dv = reinterpret_cast<uint4*>(static_cast<Bf16*>(p.slot_v) + dst * elems);
+    for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
+      dk[i] = sk[i];
+      dv[i] = sv[i];
+    }
+    for (int i = threadIdx.x; i < p.page_size; i += blockDim.x) {
+      p.slot_pos[static_cast<int64_t>(dst) * p.page_size + i] =
+          p.host_pos[static_cast<int64_t>(src) * p.page_size + i];
+    }
   }
-  for (int i = threadIdx.x; i < p.page_size; i += blockDim.x) {
-    p.slot_pos[static_cast<int64_t>(dst) * p.page_size + i] =
-        p.host_pos[static_cast<int64_t>(src) * p.page_size + i];
-  }
+}
+
+// Fetch blocks per row of a prefetch map (ICECACHE_PREFETCH_FETCH_BLOCKS; 0 or less: one per
+// slot, as a normal map).
+int PrefetchFetchBlocks() {
+  static const int blocks = EnvInt("ICECACHE_PREFETCH_FETCH_BLOCKS", 0);
+  return blocks;
 }
 
 }  // namespace
@@ -943,8 +956,10 @@ template <int N>
 int MapPagesOver(Stream s, const ParamBatch<PageMapParams, N>& b) {
   int rows = 0, capacity = 0;
   size_t smem = 0;
+  bool prefetch = false;
   for (int i = 0; i < b.n; ++i) {
     const PageMapParams& p = b.p[i];
+    prefetch = prefetch || p.pending != nullptr;
     rows = std::max(rows, p.rows);
     capacity = std::max(capacity, p.capacity);
     smem =
@@ -957,8 +972,10 @@ int MapPagesOver(Stream s, const ParamBatch<PageMapParams, N>& b) {
   AssignKernel<N><<<dim3(static_cast<unsigned>(rows), 1, z), kMapThreads, smem, s>>>(b);
   const int e = LastError();
   if (e != 0) return e;
+  const int per_row =
+      prefetch && PrefetchFetchBlocks() > 0 ? std::min(capacity, PrefetchFetchBlocks()) : capacity;
   FetchKernel<N>
-      <<<dim3(static_cast<unsigned>(capacity), static_cast<unsigned>(rows), z), 128, 0, s>>>(b);
+      <<<dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows), z), 128, 0, s>>>(b);
   return LastError();
 }
 
