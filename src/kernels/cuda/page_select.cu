@@ -10,12 +10,14 @@
 // patterns, sorts those few by (score, entry) and walks them as AssembleSelection does. MapPages:
 // AssignKernel (one block per row) diffs the selection against the row's slots with warp ballots,
 // then FetchKernel copies the missing pages, one block per page (a prefetch map: optionally a
-// few blocks per row, ICECACHE_PREFETCH_FETCH_BLOCKS).
+// few blocks per row, ICECACHE_PREFETCH_FETCH_BLOCKS; with ICECACHE_FETCH_BULK=1 the TMA's bulk
+// copies move them, FetchKernelBulk).
 #include <algorithm>
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
 
 #include "core/env_switch.h"
+#include "kernels/cuda/bulk_copy.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 
@@ -869,6 +871,52 @@ __global__ void FetchKernel(const __grid_constant__ ParamBatch<PageMapParams, N>
   }
 }
 
+// FetchKernel's work with the TMA's bulk copies (ICECACHE_FETCH_BULK=1): one warp per block,
+// whose first thread moves each page's K and V from the host tier into shared memory and from
+// there to the slot, 2 x page bytes per copy instead of 16 bytes per thread and load; the other
+// threads copy the positions.
+template <int N>
+__global__ void FetchKernelBulk(const __grid_constant__ ParamBatch<PageMapParams, N> b) {
+  extern __shared__ __align__(128) unsigned char buf[];  // one page of K, then one of V
+  __shared__ __align__(8) uint64_t bar;
+  const PageMapParams& p = b.p[blockIdx.z];
+  const int row = blockIdx.y;
+  if (row >= p.rows) return;
+  const int32_t* fetch = p.fetch + static_cast<int64_t>(row) * (1 + 2 * p.capacity);
+  const int count = min(fetch[0], p.capacity);
+  const uint32_t bytes = static_cast<uint32_t>(p.page_size) * p.head_dim * 2;
+  const bool lead = threadIdx.x == 0;
+  if (lead) MbarInit(&bar, 1);
+  uint32_t phase = 0;
+  for (int c = blockIdx.x; c < count; c += gridDim.x) {
+    const int32_t src = fetch[1 + 2 * c], dst = fetch[2 + 2 * c];
+    if (src < 0 || src >= p.host_pages || dst < 0 || dst >= p.slot_pages) continue;
+    if (lead) {
+      MbarArriveExpect(&bar, 2 * bytes);
+      BulkToShared(buf, static_cast<const char*>(p.host_k) + int64_t{src} * bytes, bytes, &bar);
+      BulkToShared(buf + bytes, static_cast<const char*>(p.host_v) + int64_t{src} * bytes, bytes,
+                   &bar);
+    }
+    for (int i = threadIdx.x; i < p.page_size; i += blockDim.x) {
+      p.slot_pos[static_cast<int64_t>(dst) * p.page_size + i] =
+          p.host_pos[static_cast<int64_t>(src) * p.page_size + i];
+    }
+    if (lead) {
+      MbarWait(&bar, phase);
+      phase ^= 1;
+      BulkToGlobal(static_cast<char*>(p.slot_k) + int64_t{dst} * bytes, buf, bytes);
+      BulkToGlobal(static_cast<char*>(p.slot_v) + int64_t{dst} * bytes, buf + bytes, bytes);
+      BulkCommitAndWaitRead();  // the buffer is free for the next page
+    }
+  }
+  if (lead) BulkWaitAll();
+}
+
+bool FetchBulk() {
+  static const bool on = EnvSwitch("ICECACHE_FETCH_BULK", false);
+  return on;
+}
+
 // Fetch blocks per row of a prefetch map (ICECACHE_PREFETCH_FETCH_BLOCKS; 0 or less: one per
 // slot, as a normal map).
 int PrefetchFetchBlocks() {
@@ -974,8 +1022,20 @@ int MapPagesOver(Stream s, const ParamBatch<PageMapParams, N>& b) {
   if (e != 0) return e;
   const int per_row =
       prefetch && PrefetchFetchBlocks() > 0 ? std::min(capacity, PrefetchFetchBlocks()) : capacity;
-  FetchKernel<N>
-      <<<dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows), z), 128, 0, s>>>(b);
+  const dim3 grid(static_cast<unsigned>(per_row), static_cast<unsigned>(rows), z);
+  // Bulk copies need pages of whole 16-byte words that fit shared memory twice (K and V).
+  int64_t page_bytes = 0;
+  bool words = true;
+  for (int i = 0; i < b.n; ++i) {
+    const int64_t pb = int64_t{b.p[i].page_size} * b.p[i].head_dim * 2;
+    page_bytes = std::max(page_bytes, pb);
+    words = words && pb % 16 == 0;
+  }
+  if (FetchBulk() && words && 2 * page_bytes <= 48 * 1024) {
+    FetchKernelBulk<N><<<grid, 32, static_cast<size_t>(2 * page_bytes), s>>>(b);
+  } else {
+    FetchKernel<N><<<grid, 128, 0, s>>>(b);
+  }
   return LastError();
 }
 
