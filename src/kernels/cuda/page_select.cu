@@ -9,9 +9,8 @@
 // row) finds the best `pages_left` scores by a radix select on the scores' order-preserving bit
 // patterns, sorts those few by (score, entry) and walks them as AssembleSelection does. MapPages:
 // AssignKernel (one block per row) diffs the selection against the row's slots with warp ballots,
-// then FetchKernel copies the missing pages, one block per page (a prefetch map: optionally a
-// few blocks per row, ICECACHE_PREFETCH_FETCH_BLOCKS; with ICECACHE_FETCH_BULK=1 the TMA's bulk
-// copies move them, FetchKernelBulk).
+// then FetchKernel copies the missing pages, one block per page (with ICECACHE_FETCH_BULK=1 the
+// TMA's bulk copies move them, FetchKernelBulk).
 #include <algorithm>
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
@@ -840,8 +839,7 @@ __global__ void __launch_bounds__(kMapThreads)
 }
 
 // Block (x, row): copies fetched pages x, x + gridDim.x, ... of the row (K, V and positions)
-// from the host tier. A normal map launches one block per slot of the row; a prefetch map only a
-// few per row (PrefetchFetchBlocks), so that it keeps to a few SMs beside the layer it overlaps.
+// from the host tier; launched with one block per slot of the row.
 template <int N>
 __global__ void FetchKernel(const __grid_constant__ ParamBatch<PageMapParams, N> b) {
   const PageMapParams& p = b.p[blockIdx.z];
@@ -915,13 +913,6 @@ __global__ void FetchKernelBulk(const __grid_constant__ ParamBatch<PageMapParams
 bool FetchBulk() {
   static const bool on = EnvSwitch("ICECACHE_FETCH_BULK", false);
   return on;
-}
-
-// Fetch blocks per row of a prefetch map (ICECACHE_PREFETCH_FETCH_BLOCKS; 0 or less: one per
-// slot, as a normal map).
-int PrefetchFetchBlocks() {
-  static const int blocks = EnvInt("ICECACHE_PREFETCH_FETCH_BLOCKS", 0);
-  return blocks;
 }
 
 }  // namespace
@@ -1004,10 +995,8 @@ template <int N>
 int MapPagesOver(Stream s, const ParamBatch<PageMapParams, N>& b) {
   int rows = 0, capacity = 0;
   size_t smem = 0;
-  bool prefetch = false;
   for (int i = 0; i < b.n; ++i) {
     const PageMapParams& p = b.p[i];
-    prefetch = prefetch || p.pending != nullptr;
     rows = std::max(rows, p.rows);
     capacity = std::max(capacity, p.capacity);
     smem =
@@ -1020,9 +1009,7 @@ int MapPagesOver(Stream s, const ParamBatch<PageMapParams, N>& b) {
   AssignKernel<N><<<dim3(static_cast<unsigned>(rows), 1, z), kMapThreads, smem, s>>>(b);
   const int e = LastError();
   if (e != 0) return e;
-  const int per_row =
-      prefetch && PrefetchFetchBlocks() > 0 ? std::min(capacity, PrefetchFetchBlocks()) : capacity;
-  const dim3 grid(static_cast<unsigned>(per_row), static_cast<unsigned>(rows), z);
+  const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(rows), z);
   // Bulk copies need pages of whole 16-byte words that fit shared memory twice (K and V).
   int64_t page_bytes = 0;
   bool words = true;
