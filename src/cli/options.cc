@@ -190,9 +190,9 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
       ->check(CLI::IsMember({"auto", "beside", "after"}))
       ->capture_default_str();
   app.add_flag("--kv-timing", o->kv_timing,
-               "split each step's time into select/fetch/attend for device-side selection "
-               "(waits for the device between phases, --kv-prefetch's side work included, so "
-               "the prefetch no longer overlaps)");
+               "split each step's time into select/fetch/attend for device-side selection, "
+               "with the fetch's rate in GB/s (waits for the device between phases, "
+               "--kv-prefetch's side work included, so the prefetch no longer overlaps)");
 }
 
 void AddSamplingOptions(CLI::App& app, SamplingOptions* o) {

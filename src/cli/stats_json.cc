@@ -97,6 +97,17 @@ std::string KvStatsText(const KvStats& s, double prefill_seconds) {
         ms(step), ms(s.select_seconds), pct(s.select_seconds), ms(s.fetch_seconds),
         pct(s.fetch_seconds), ms(s.attend_seconds), pct(s.attend_seconds), ms(s.update_seconds),
         pct(s.update_seconds), ms(s.other_seconds), pct(s.other_seconds));
+    // With the KV offloaded, the rate of the fetches timed above over the host link: the bytes
+    // of the pages fetched in their own layer (prefetched ones cross beside other work and are
+    // not in the fetch time). None without offloading: with both tiers in host memory the
+    // fetch is mostly bookkeeping.
+    const double pages = s.pages_fetched + s.pages_prefetched;
+    if (s.kv_offloaded && s.fetch_seconds > 0 && s.pages_fetched > 0 && s.bytes_fetched > 0) {
+      const double bytes = s.bytes_fetched * s.pages_fetched / pages;
+      text += fmt::format(
+          "\nfetch rate       {:.1f} GB/s over the host link ({} per step in the fetch time above)",
+          bytes / s.fetch_seconds / 1e9, HumanBytes(static_cast<int64_t>(bytes)));
+    }
   }
   if (s.update_beside_seconds > 0) {
     text += fmt::format(

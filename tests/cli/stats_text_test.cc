@@ -1,4 +1,5 @@
-// The --kv-stats report (cli/stats_json.h): how it shows a step's time split and the prefetch.
+// The --kv-stats report (cli/stats_json.h): how it shows a step's time split, the fetch's rate
+// and the prefetch.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -41,6 +42,30 @@ TEST(KvStatsTextTest, TimedPhasesAreSplit) {
             std::string::npos)
       << text;
   EXPECT_EQ(text.find("--kv-timing"), std::string::npos) << text;
+}
+
+TEST(KvStatsTextTest, TimedFetchShowsItsRateWithoutThePrefetchedBytes) {
+  KvStats s = Sample();
+  s.select_seconds = 1e-3;
+  s.fetch_seconds = 4e-3;
+  s.pages_fetched = 24000;
+  s.bytes_fetched = 200e6;
+  EXPECT_NE(
+      KvStatsText(s).find("fetch rate       50.0 GB/s over the host link (190.7 MiB per step"),
+      std::string::npos)
+      << KvStatsText(s);
+  // A quarter of the pages came by the prefetch: only the rest crossed in the fetch time.
+  s.pages_prefetched = 8000;
+  EXPECT_NE(
+      KvStatsText(s).find("fetch rate       37.5 GB/s over the host link (143.1 MiB per step"),
+      std::string::npos)
+      << KvStatsText(s);
+  // KV not offloaded (both tiers in host memory), or phases not timed: no rate.
+  s.kv_offloaded = false;
+  EXPECT_EQ(KvStatsText(s).find("fetch rate"), std::string::npos) << KvStatsText(s);
+  s.kv_offloaded = true;
+  s.select_seconds = s.fetch_seconds = 0;
+  EXPECT_EQ(KvStatsText(s).find("fetch rate"), std::string::npos) << KvStatsText(s);
 }
 
 TEST(KvStatsTextTest, PrefetchShowsItsStepsAndTheTunersTiming) {
