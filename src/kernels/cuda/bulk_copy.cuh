@@ -71,17 +71,17 @@ __device__ __forceinline__ void BulkToGlobal(void* gmem, const void* smem, uint3
 #endif
 }
 
-// Closes the thread's bulk group and waits until every group's shared memory has been read.
-__device__ __forceinline__ void BulkCommitAndWaitRead() {
+// Closes the thread's current bulk group.
+__device__ __forceinline__ void BulkCommit() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 #else
   __trap();
 #endif
 }
 
-// Waits until every bulk group of the thread has completed (its writes done).
+// Waits until every committed bulk group of the thread has completed (its writes done, its
+// shared memory read).
 __device__ __forceinline__ void BulkWaitAll() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");

@@ -838,76 +838,72 @@ __global__ void __launch_bounds__(kMapThreads)
   }
 }
 
-// Block (x, row): copies fetched pages x, x + gridDim.x, ... of the row (K, V and positions)
-// from the host tier; launched with one block per slot of the row.
+// The page that block (c, row) of a fetch copies: false when the row lists fewer copies, or the
+// entry is out of range (a batch entry smaller than the grid included).
+__device__ __forceinline__ bool FetchEntry(const PageMapParams& p, int row, int c, int32_t* src,
+                                           int32_t* dst) {
+  if (row >= p.rows || c >= p.capacity) return false;
+  const int32_t* fetch = p.fetch + static_cast<int64_t>(row) * (1 + 2 * p.capacity);
+  if (c >= fetch[0]) return false;
+  *src = fetch[1 + 2 * c];
+  *dst = fetch[2 + 2 * c];
+  return *src >= 0 && *src < p.host_pages && *dst >= 0 && *dst < p.slot_pages;
+}
+
+// Block (copy, row): copies one fetched page (K, V and positions) from the host tier.
 template <int N>
 __global__ void FetchKernel(const __grid_constant__ ParamBatch<PageMapParams, N> b) {
   const PageMapParams& p = b.p[blockIdx.z];
-  const int row = blockIdx.y;
-  if (row >= p.rows) return;  // a batch entry smaller than the grid
-  const int32_t* fetch = p.fetch + static_cast<int64_t>(row) * (1 + 2 * p.capacity);
-  const int count = min(fetch[0], p.capacity);
+  int32_t src = 0, dst = 0;
+  if (!FetchEntry(p, blockIdx.y, blockIdx.x, &src, &dst)) return;
   const int64_t elems = static_cast<int64_t>(p.page_size) * p.head_dim;
   const int64_t words = elems * 2 / 16;  // 16-byte words per page of K (or V)
-  for (int c = blockIdx.x; c < count; c += gridDim.x) {
-    const int32_t src = fetch[1 + 2 * c], dst = fetch[2 + 2 * c];
-    if (src < 0 || src >= p.host_pages || dst < 0 || dst >= p.slot_pages) continue;
-    const uint4* sk =
-        reinterpret_cast<const uint4*>(static_cast<const Bf16*>(p.host_k) + src * elems);
-    const uint4* sv =
-        reinterpret_cast<const uint4*>(static_cast<const Bf16*>(p.host_v) + src * elems);
-    uint4* dk = reinterpret_cast<uint4*>(static_cast<Bf16*>(p.slot_k) + dst * elems);
-    uint4* dv = reinterpret_cast<uint4*>(static_cast<Bf16*>(p.slot_v) + dst * elems);
-    for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
-      dk[i] = sk[i];
-      dv[i] = sv[i];
-    }
-    for (int i = threadIdx.x; i < p.page_size; i += blockDim.x) {
-      p.slot_pos[static_cast<int64_t>(dst) * p.page_size + i] =
-          p.host_pos[static_cast<int64_t>(src) * p.page_size + i];
-    }
+  const uint4* sk =
+      reinterpret_cast<const uint4*>(static_cast<const Bf16*>(p.host_k) + src * elems);
+  const uint4* sv =
+      reinterpret_cast<const uint4*>(static_cast<const Bf16*>(p.host_v) + src * elems);
+  uint4* dk = reinterpret_cast<uint4*>(static_cast<Bf16*>(p.slot_k) + dst * elems);
+  uint4* dv = reinterpret_cast<uint4*>(static_cast<Bf16*>(p.slot_v) + dst * elems);
+  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
+    dk[i] = sk[i];
+    dv[i] = sv[i];
+  }
+  for (int i = threadIdx.x; i < p.page_size; i += blockDim.x) {
+    p.slot_pos[static_cast<int64_t>(dst) * p.page_size + i] =
+        p.host_pos[static_cast<int64_t>(src) * p.page_size + i];
   }
 }
 
-// FetchKernel's work with the TMA's bulk copies (ICECACHE_FETCH_BULK=1): one warp per block,
-// whose first thread moves each page's K and V from the host tier into shared memory and from
-// there to the slot, 2 x page bytes per copy instead of 16 bytes per thread and load; the other
-// threads copy the positions.
+// FetchKernel's work with the TMA's bulk copies (ICECACHE_FETCH_BULK=1), one warp per block:
+// its first thread moves the page's K and V from the host tier into shared memory and from
+// there to the slot, a page per copy instead of 16 bytes per thread and load; the other threads
+// copy the positions.
 template <int N>
 __global__ void FetchKernelBulk(const __grid_constant__ ParamBatch<PageMapParams, N> b) {
   extern __shared__ __align__(128) unsigned char buf[];  // one page of K, then one of V
   __shared__ __align__(8) uint64_t bar;
   const PageMapParams& p = b.p[blockIdx.z];
-  const int row = blockIdx.y;
-  if (row >= p.rows) return;
-  const int32_t* fetch = p.fetch + static_cast<int64_t>(row) * (1 + 2 * p.capacity);
-  const int count = min(fetch[0], p.capacity);
+  int32_t src = 0, dst = 0;
+  if (!FetchEntry(p, blockIdx.y, blockIdx.x, &src, &dst)) return;
   const uint32_t bytes = static_cast<uint32_t>(p.page_size) * p.head_dim * 2;
-  const bool lead = threadIdx.x == 0;
-  if (lead) MbarInit(&bar, 1);
-  uint32_t phase = 0;
-  for (int c = blockIdx.x; c < count; c += gridDim.x) {
-    const int32_t src = fetch[1 + 2 * c], dst = fetch[2 + 2 * c];
-    if (src < 0 || src >= p.host_pages || dst < 0 || dst >= p.slot_pages) continue;
-    if (lead) {
-      MbarArriveExpect(&bar, 2 * bytes);
-      BulkToShared(buf, static_cast<const char*>(p.host_k) + int64_t{src} * bytes, bytes, &bar);
-      BulkToShared(buf + bytes, static_cast<const char*>(p.host_v) + int64_t{src} * bytes, bytes,
-                   &bar);
-    }
-    for (int i = threadIdx.x; i < p.page_size; i += blockDim.x) {
-      p.slot_pos[static_cast<int64_t>(dst) * p.page_size + i] =
-          p.host_pos[static_cast<int64_t>(src) * p.page_size + i];
-    }
-    if (lead) {
-      MbarWait(&bar, phase);
-      phase ^= 1;
-      BulkToGlobal(static_cast<char*>(p.slot_k) + int64_t{dst} * bytes, buf, bytes);
-      BulkToGlobal(static_cast<char*>(p.slot_v) + int64_t{dst} * bytes, buf + bytes, bytes);
-      BulkCommitAndWaitRead();  // the buffer is free for the next page
-    }
+  if (threadIdx.x == 0) {
+    MbarInit(&bar, 1);
+    MbarArriveExpect(&bar, 2 * bytes);
+    BulkToShared(buf, static_cast<const char*>(p.host_k) + int64_t{src} * bytes, bytes, &bar);
+    BulkToShared(buf + bytes, static_cast<const char*>(p.host_v) + int64_t{src} * bytes, bytes,
+                 &bar);
   }
-  if (lead) BulkWaitAll();
+  for (int i = threadIdx.x; i < p.page_size; i += blockDim.x) {
+    p.slot_pos[static_cast<int64_t>(dst) * p.page_size + i] =
+        p.host_pos[static_cast<int64_t>(src) * p.page_size + i];
+  }
+  if (threadIdx.x == 0) {
+    MbarWait(&bar, 0);
+    BulkToGlobal(static_cast<char*>(p.slot_k) + int64_t{dst} * bytes, buf, bytes);
+    BulkToGlobal(static_cast<char*>(p.slot_v) + int64_t{dst} * bytes, buf + bytes, bytes);
+    BulkCommit();
+    BulkWaitAll();  // the slot written and the buffer read before the block ends
+  }
 }
 
 bool FetchBulk() {
