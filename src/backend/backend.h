@@ -137,6 +137,9 @@ struct PageMapArgs {
   // (stale ones included; hits + fetched = pages listed), tokens listed, pages prefetched.
   Tensor counters;
   Tensor pending;  // i32 [rows]: prefetch mode (above); empty: a normal map
+  // Prefetch mode: only each row's first `prefetch_pages` entries (its sink, then its best-ranked
+  // pages) are placed and copied; 0: all of them.
+  int prefetch_pages = 0;
   // Optional (empty: unused): i32 [slot pages], the `clock` of the last normal map that listed
   // each slot, and this map's clock (a normal map lists each row once per clock value).
   Tensor slot_used;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/env_switch.h"
 #include "index/icecache/icecache_index.h"
 #include "index/regions.h"
 #include "kv/key_mean.h"
@@ -37,6 +38,11 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
   d->heads_ = layout.n_kv_heads;
   d->n_heads_ = n_heads;
   d->capacity_ = ws.capacity();
+  // ICECACHE_PREFETCH_PERCENT: the share of the pages the budget fills that a prefetch brings in
+  // (the sink and the best-ranked first), for A/B runs; 100 or more (the default): all of them.
+  const int percent = EnvInt("ICECACHE_PREFETCH_PERCENT", 100);
+  const int budget_pages = (lim.budget + layout.page_size - 1) / layout.page_size;
+  d->prefetch_pages_ = percent >= 100 ? 0 : std::max(1, budget_pages * std::max(percent, 0) / 100);
   const int64_t rows = static_cast<int64_t>(n_layers) * d->heads_;
   const int64_t out = lim.max_pages;
   d->limits_host_.assign(static_cast<size_t>(rows) * 5, 0);
@@ -503,6 +509,7 @@ void DeviceSelection::Prefetch(int layer, const Tensor& q, const WorkingSet& ws)
   PageMapArgs m = MapArgs(layer, ws);
   const int64_t first = static_cast<int64_t>(layer) * heads_;
   m.pending = pending_dev_.Slice(first, first + heads_);
+  m.prefetch_pages = prefetch_pages_;
   backend_->MapPages(m);
 }
 

@@ -132,7 +132,8 @@ class DeviceSelection {
   KvLayout layout_;
   int layers_ = 0, heads_ = 0, n_heads_ = 0;
   int capacity_ = 0;
-  int64_t stride_ = 0;  // list entries per (layer, head) row on the device
+  int prefetch_pages_ = 0;  // PageMapArgs::prefetch_pages of Prefetch
+  int64_t stride_ = 0;      // list entries per (layer, head) row on the device
   int64_t last_length_ = -1;
   bool start_over_ = false;  // the last Prepare failed
   Tensor bounds_, spread_;   // summaries (and mean keys' spreads), one row per list entry

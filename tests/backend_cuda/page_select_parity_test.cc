@@ -304,9 +304,11 @@ void CheckKernels(int bound_rows) {
       std::vector<int32_t> pending = {c_out_ids[0], -1};
       PageMapArgs pm = m;
       pm.pending = Tensor(pending.data(), DType::kI32, {rows_mapped});
+      pm.prefetch_pages = step % 4 == 3 ? 3 : 0;  // every other prefetch: each row's first 3
       cpu->MapPages(pm);
       PageMapArgs gpm = gm;
       gpm.pending = I32ToDevice(*gpu, pending, {rows_mapped});
+      gpm.prefetch_pages = pm.prefetch_pages;
       gpu->MapPages(gpm);
       EXPECT_EQ(I32ToHost(*gpu, g_resident), resident);
       EXPECT_EQ(I32ToHost(*gpu, g_slot_page), slot_page);

@@ -813,6 +813,19 @@ TEST(MapPagesTest, PrefetchPlacesPagesButNotThePendingOneAndWritesNoTable) {
   EXPECT_EQ(c[3], 3);
   EXPECT_EQ(table[1], 4);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(slot_page[table[2 + i]], sel_ids[i]);
+
+  // A prefetch limited to each row's first two entries places only those.
+  std::vector<int32_t> next_ids = {11, 12, 13, 14};
+  m.sel_ids = Tensor(next_ids.data(), DType::kI32, {1, stride});
+  pm.sel_ids = m.sel_ids;
+  pm.prefetch_pages = 2;
+  backend->MapPages(pm);
+  EXPECT_EQ(c[3], 5);
+  EXPECT_GE(resident[11], 0);
+  EXPECT_GE(resident[12], 0);
+  EXPECT_EQ(resident[13], -1) << "past the prefetch's limit";
+  EXPECT_EQ(resident[14], -1);
+  EXPECT_EQ(0, std::memcmp(&sk[resident[12] * page_elems], &hk[12 * page_elems], page_elems * 4));
 }
 
 // With slot_used, a page the last step listed outlives older ones: the free slots that the

@@ -199,7 +199,8 @@ void MapPagesCpu(const PageMapArgs& a) {
   std::vector<int32_t> slot_of, copies, free_slots;
   if (pending == nullptr) indptr[0] = 0;
   for (int r = 0; r < rows; ++r) {
-    const int n = std::min({a.sel_count.data_as<const int32_t>()[r], stride, cap});
+    int n = std::min({a.sel_count.data_as<const int32_t>()[r], stride, cap});
+    if (pending != nullptr && a.prefetch_pages > 0) n = std::min(n, a.prefetch_pages);
     const int64_t base = static_cast<int64_t>(a.first_group + r) * cap;
     const int32_t* ids = a.sel_ids.data_as<const int32_t>() + static_cast<int64_t>(r) * stride;
     const int32_t* lens = a.sel_lens.data_as<const int32_t>() + static_cast<int64_t>(r) * stride;

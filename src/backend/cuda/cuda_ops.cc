@@ -428,6 +428,7 @@ kernels::PageMapParams CudaBackend::MapParams(const PageMapArgs& args) {
   if (!args.pending.empty()) {
     OnDevice(args.pending);
     p.pending = args.pending.data_as<const int32_t>();
+    p.prefetch_pages = args.prefetch_pages;
   }
   return p;
 }

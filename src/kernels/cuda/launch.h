@@ -150,6 +150,7 @@ struct PageMapParams {
   unsigned long long* counters = nullptr;  // hits, pages fetched, tokens listed, prefetched
   // Prefetch mode (PageMapArgs): each row's page not to touch; nullptr: a normal map.
   const int32_t* pending = nullptr;
+  int prefetch_pages = 0;        // prefetch mode: entries placed per row (0: all)
   int32_t* slot_used = nullptr;  // optional: the clock of each slot's last listing
   int32_t clock = 0;
 };

@@ -701,11 +701,12 @@ __global__ void __launch_bounds__(kMapThreads)
   __shared__ int s_missing, s_copies, s_hits, s_begin, s_tokens;
   const int row = blockIdx.x;
   const int tid = threadIdx.x, lane = tid % 32;
-  const int n = min(p.sel_count[row], min(p.stride, p.capacity));
+  const bool prefetch = p.pending != nullptr;
+  int n = min(p.sel_count[row], min(p.stride, p.capacity));
+  if (prefetch && p.prefetch_pages > 0) n = min(n, p.prefetch_pages);
   const int64_t base = static_cast<int64_t>(p.first_group + row) * p.capacity;
   const int32_t* ids = p.sel_ids + static_cast<int64_t>(row) * p.stride;
   const int32_t* lens = p.sel_lens + static_cast<int64_t>(row) * p.stride;
-  const bool prefetch = p.pending != nullptr;
   const int32_t skip = prefetch ? p.pending[row] : -1;  // prefetch: never kept nor copied
   for (int i = tid; i < p.capacity; i += blockDim.x) kept[i] = 0;
   if (tid == 0) {

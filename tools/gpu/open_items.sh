@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The open GPU items of issue 6 in one device call (docs/PERF.md, "Next GPU run" of 2026-12-06,
+# 18:1x UTC), in order of what only an H200 can show:
+#   1. the CUDA tests of the fetch (CudaPageSelect*, CudaOffload.*), with and without
+#      ICECACHE_FETCH_BULK=1;
+#   2. 5c: full attention at 32K, batches given by --full-batches (KV on the device);
+#   3. 5a: 128K, batch 1, budget 2048, 64 steps: --kv-prefetch off, the defaults, and on with
+#      ICECACHE_PREFETCH_PERCENT at 100 and each of --shares;
+#   4. 5c: icecache (budget 256, the defaults) at 32K and batch --ice-batch, for the ratio in
+#      one call (0 skips it);
+#   5. BM_FetchPages with and without the bulk copies, and where the kernel's mode 0 reads below
+#      --slow-gbs, the 5a command with both fetches (prefetch off).
+# Each step starts only while --deadline seconds (from the start) leave room for it.
+#
+#   tools/gpu/open_items.sh --bundle FILE [--full-batches "30 32"] [--deadline 560]
+#       [--ice-batch 20] [--shares "50 30"] [--slow-gbs 40] [--skip-tests] [--skip-5a]
+# On an H100 (80 GB): --full-batches "" --ice-batch 0.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUNDLE="" FULL_BATCHES="30 32" DEADLINE=560 SLOW_GBS=40 SKIP_5A=0 SKIP_TESTS=0 ICE_BATCH=20 SHARES="50 30"
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --bundle) BUNDLE=$2; shift ;;
+    --full-batches) FULL_BATCHES=$2; shift ;;
+    --deadline) DEADLINE=$2; shift ;;
+    --slow-gbs) SLOW_GBS=$2; shift ;;
+    --skip-5a) SKIP_5A=1 ;;
+    --skip-tests) SKIP_TESTS=1 ;;
+    --ice-batch) ICE_BATCH=$2; shift ;;
+    --shares) SHARES=$2; shift ;;
+    *) echo "unknown option $1"; exit 2 ;;
+  esac
+  shift
+done
+[[ -f $BUNDLE ]] || { echo "need --bundle"; exit 2; }
+OUT=${OUT:-$ROOT/out/gpu-open-items}
+source "$ROOT/tools/gpu/log.sh"
+source "$ROOT/tools/gpu/binaries.sh"
+left() { echo $((DEADLINE - ($(date +%s) - START))); }
+room() {  # seconds name
+  if (($(left) < $1)); then echo "skipped $2: $(left) s left"; return 1; fi
+}
+date -u +"start %Y-%m-%dT%H:%M:%SZ" | tee "$OUT/times.txt"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+
+for bulk in 0 1; do
+  ((SKIP_TESTS)) && break
+  step "CUDA tests of the fetch, ICECACHE_FETCH_BULK=$bulk"
+  ICECACHE_FETCH_BULK=$bulk timeout 120 "$TESTBIN" --gtest_color=no --gtest_brief=1 \
+    --gtest_filter='CudaPageSelect*:CudaOffload.*' 2>&1 | tail -6
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || fail "CUDA tests with ICECACHE_FETCH_BULK=$bulk"
+done
+
+for batch in $FULL_BATCHES; do
+  room 130 "full batch $batch" || break
+  step "5c: full attention, 32K, batch $batch"
+  OUT=$OUT/full-b$batch bash "$ROOT/tools/gpu/batch_ab.sh" --bundle "$BUNDLE" --configs full \
+    --batches "$batch" --decode 48 --bench-timeout 120 2>&1 | grep -E "^\| full|failed|tokens"
+done
+
+((SKIP_5A == 0)) && room 200 "5a" && {
+  step "5a: 128K, batch 1, budget 2048: prefetch off, the defaults, on at 100 and $SHARES percent"
+  OUT=$OUT/5a-off bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 --budget 2048 \
+    --decode 64 --timeout 100 --flags "--kv-prefetch off" off="$BUNDLE"
+  OUT=$OUT/5a bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 --budget 2048 \
+    --decode 64 --timeout 100 defaults="$BUNDLE"
+  for pct in 100 $SHARES; do
+    room 90 "prefetch at $pct percent" || break
+    OUT=$OUT/5a-on$pct bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 \
+      --budget 2048 --decode 64 --timeout 100 --flags "--kv-prefetch on" \
+      "on$pct=$BUNDLE@ICECACHE_PREFETCH_PERCENT=$pct"
+  done
+  grep -HE "time per step|^fetch|prefetch  " "$OUT"/5a*/*.err
+}
+
+((ICE_BATCH > 0)) && room 200 "icecache batch $ICE_BATCH" && {
+  step "5c: icecache, 32K, budget 256, batch $ICE_BATCH (defaults)"
+  OUT=$OUT/ice bash "$ROOT/tools/gpu/builds_ab.sh" --context 32768 --batch "$ICE_BATCH" \
+    --budget 256 --decode 48 --timeout 190 "icecache-b$ICE_BATCH=$BUNDLE"
+}
+
+room 40 "FetchPages" && {
+  for bulk in 0 1; do
+    step "BM_FetchPages, ICECACHE_FETCH_BULK=$bulk"
+    ICECACHE_FETCH_BULK=$bulk timeout 60 "$OPSBENCH" --benchmark_filter=FetchPages \
+      --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>&1 |
+      grep -E "median" | tee "$OUT/fetch-bulk$bulk.txt"
+  done
+}
+mode0=$(grep -E "mode:0" "$OUT/fetch-bulk0.txt" 2>/dev/null | grep -oE "GB/s=[0-9.]+" |
+  head -1 | cut -d= -f2)
+if [[ -n $mode0 ]] && awk "BEGIN { exit !($mode0 < $SLOW_GBS) }"; then
+  room 200 "bulk A/B" && {
+    step "slow kernel fetch ($mode0 GB/s): 5a with and without the bulk copies, prefetch off"
+    OUT=$OUT/bulk bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 --budget 2048 \
+      --decode 64 --timeout 100 --flags "--kv-prefetch off" off="$BUNDLE" \
+      bulk="$BUNDLE@ICECACHE_FETCH_BULK=1"
+  }
+fi
+date -u +"end %Y-%m-%dT%H:%M:%SZ" | tee -a "$OUT/times.txt"
+step "done (status $STATUS)"
+exit $STATUS
