@@ -5,7 +5,7 @@
 #      ICECACHE_FETCH_BULK=1;
 #   2. 5c: full attention at 32K, batches given by --full-batches (KV on the device);
 #   3. 5a: 128K, batch 1, budget 2048, 64 steps: --kv-prefetch off, the defaults, and on with
-#      ICECACHE_PREFETCH_PERCENT at 100 and each of --shares;
+#      ICECACHE_PREFETCH_PERCENT at each of --shares ("" for none);
 #   4. 5c: icecache (budget 256, the defaults) at 32K and batch --ice-batch, for the ratio in
 #      one call (0 skips it);
 #   5. BM_FetchPages with and without the bulk copies, and where the kernel's mode 0 reads below
@@ -13,11 +13,11 @@
 # Each step starts only while --deadline seconds (from the start) leave room for it.
 #
 #   tools/gpu/open_items.sh --bundle FILE [--full-batches "30 32"] [--deadline 560]
-#       [--ice-batch 20] [--shares "50 30"] [--slow-gbs 40] [--skip-tests] [--skip-5a]
+#       [--ice-batch 20] [--shares "100 50 30"] [--slow-gbs 40] [--skip-tests] [--skip-5a]
 # On an H100 (80 GB): --full-batches "" --ice-batch 0.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BUNDLE="" FULL_BATCHES="30 32" DEADLINE=560 SLOW_GBS=40 SKIP_5A=0 SKIP_TESTS=0 ICE_BATCH=20 SHARES="50 30"
+BUNDLE="" FULL_BATCHES="30 32" DEADLINE=560 SLOW_GBS=40 SKIP_5A=0 SKIP_TESTS=0 ICE_BATCH=20 SHARES="100 50 30"
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) BUNDLE=$2; shift ;;
@@ -59,12 +59,12 @@ for batch in $FULL_BATCHES; do
 done
 
 ((SKIP_5A == 0)) && room 200 "5a" && {
-  step "5a: 128K, batch 1, budget 2048: prefetch off, the defaults, on at 100 and $SHARES percent"
+  step "5a: 128K, batch 1, budget 2048: prefetch off, the defaults, on at percents: $SHARES"
   OUT=$OUT/5a-off bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 --budget 2048 \
     --decode 64 --timeout 100 --flags "--kv-prefetch off" off="$BUNDLE"
   OUT=$OUT/5a bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 --budget 2048 \
     --decode 64 --timeout 100 defaults="$BUNDLE"
-  for pct in 100 $SHARES; do
+  for pct in $SHARES; do
     room 90 "prefetch at $pct percent" || break
     OUT=$OUT/5a-on$pct bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 \
       --budget 2048 --decode 64 --timeout 100 --flags "--kv-prefetch on" \
