@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "core/env_switch.h"
 #include "index/icecache/icecache_index.h"
 #include "index/regions.h"
 #include "kv/key_mean.h"
@@ -38,11 +37,6 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
   d->heads_ = layout.n_kv_heads;
   d->n_heads_ = n_heads;
   d->capacity_ = ws.capacity();
-  // ICECACHE_PREFETCH_PERCENT: the share of the pages the budget fills that a prefetch brings in
-  // (the sink and the best-ranked first), for A/B runs; 100 or more (the default): all of them.
-  const int percent = EnvInt("ICECACHE_PREFETCH_PERCENT", 100);
-  const int budget_pages = (lim.budget + layout.page_size - 1) / layout.page_size;
-  d->prefetch_pages_ = percent >= 100 ? 0 : std::max(1, budget_pages * std::max(percent, 0) / 100);
   const int64_t rows = static_cast<int64_t>(n_layers) * d->heads_;
   const int64_t out = lim.max_pages;
   d->limits_host_.assign(static_cast<size_t>(rows) * 5, 0);
@@ -50,6 +44,9 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
   ICECACHE_ASSIGN_OR_RETURN(d->out_ids_, backend.Allocate(DType::kI32, {d->heads_, out}));
   ICECACHE_ASSIGN_OR_RETURN(d->out_lens_, backend.Allocate(DType::kI32, {d->heads_, out}));
   ICECACHE_ASSIGN_OR_RETURN(d->out_count_, backend.Allocate(DType::kI32, {d->heads_}));
+  ICECACHE_ASSIGN_OR_RETURN(d->pre_out_ids_, backend.Allocate(DType::kI32, {d->heads_, out}));
+  ICECACHE_ASSIGN_OR_RETURN(d->pre_out_lens_, backend.Allocate(DType::kI32, {d->heads_, out}));
+  ICECACHE_ASSIGN_OR_RETURN(d->pre_out_count_, backend.Allocate(DType::kI32, {d->heads_}));
   ICECACHE_ASSIGN_OR_RETURN(d->resident_, backend.Allocate(DType::kI32, {pool.capacity()}));
   const int64_t slots = ws.view().num_pages;
   ICECACHE_ASSIGN_OR_RETURN(d->slot_page_, backend.Allocate(DType::kI32, {slots}));
@@ -59,6 +56,8 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
                             backend.Allocate(DType::kI32, {d->heads_ + 1 + 2 * d->heads_ * out}));
   ICECACHE_ASSIGN_OR_RETURN(
       d->fetch_, backend.Allocate(DType::kI32, {d->heads_ * (1 + 2 * int64_t{d->capacity_})}));
+  ICECACHE_ASSIGN_OR_RETURN(
+      d->pre_fetch_, backend.Allocate(DType::kI32, {d->heads_ * (1 + 2 * int64_t{d->capacity_})}));
   ICECACHE_ASSIGN_OR_RETURN(d->counters_, backend.Allocate(DType::kI32, {8}));
   ICECACHE_ASSIGN_OR_RETURN(d->counters_host_, backend.AllocateStaging(DType::kI32, {8}));
   d->synced_.assign(rows, 0);
@@ -93,6 +92,7 @@ Status DeviceSelection::Grow(int64_t entries) {
   ICECACHE_ASSIGN_OR_RETURN(Tensor lens_dev, backend_->Allocate(DType::kI32, {rows, stride}));
   ICECACHE_ASSIGN_OR_RETURN(Tensor rows_dev, backend_->Allocate(DType::kI32, {rows, stride}));
   ICECACHE_ASSIGN_OR_RETURN(Tensor scores, backend_->Allocate(DType::kF32, {heads_, stride}));
+  ICECACHE_ASSIGN_OR_RETURN(Tensor pre_scores, backend_->Allocate(DType::kF32, {heads_, stride}));
   // The uploaded entries move over in backend memory, row by row (queued behind any upload
   // still in flight); entries past a list's count are never read.
   if (stride_ > 0) {
@@ -121,6 +121,7 @@ Status DeviceSelection::Grow(int64_t entries) {
   list_lens_ = std::move(lens_dev);
   list_rows_ = std::move(rows_dev);
   scores_ = std::move(scores);
+  pre_scores_ = std::move(pre_scores);
   return Status::Ok();
 }
 
@@ -504,12 +505,25 @@ void DeviceSelection::Map(int layer, const WorkingSet& ws, PageTableView* table)
   *table = Table();
 }
 
-void DeviceSelection::Prefetch(int layer, const Tensor& q, const WorkingSet& ws) {
-  Select(layer, q);
+void DeviceSelection::Prefetch(int layer, const Tensor& q, const WorkingSet& ws, int percent) {
+  // Its own selection and copy list: it may run beside another layer's Select and Map.
+  PageSelectArgs s = SelectArgs(layer, q);
+  s.scores = pre_scores_;
+  s.out_ids = pre_out_ids_;
+  s.out_lens = pre_out_lens_;
+  s.out_count = pre_out_count_;
+  backend_->SelectPages(s);
   PageMapArgs m = MapArgs(layer, ws);
+  m.sel_ids = pre_out_ids_;
+  m.sel_lens = pre_out_lens_;
+  m.sel_count = pre_out_count_;
+  m.fetch = pre_fetch_;
   const int64_t first = static_cast<int64_t>(layer) * heads_;
   m.pending = pending_dev_.Slice(first, first + heads_);
-  m.prefetch_pages = prefetch_pages_;
+  if (percent < 100) {
+    const int budget_pages = (limits_.budget + layout_.page_size - 1) / layout_.page_size;
+    m.prefetch_pages = std::max(1, budget_pages * std::max(percent, 0) / 100);
+  }
   backend_->MapPages(m);
 }
 
@@ -529,9 +543,11 @@ Result<WorkingSetCounters> DeviceSelection::Counters(const KvLayout& layout) {
 
 int64_t DeviceSelection::device_bytes() const {
   int64_t b = 0;
-  for (const Tensor* t : {&list_ids_, &list_lens_, &list_rows_, &scores_, &out_ids_, &out_lens_,
-                          &out_count_, &resident_, &slot_page_, &slot_len_, &slot_used_, &table_,
-                          &fetch_, &counters_, &upload_dev_, &route_dev_}) {
+  for (const Tensor* t :
+       {&list_ids_,  &list_lens_,  &list_rows_,   &scores_,       &out_ids_,       &out_lens_,
+        &out_count_, &pre_scores_, &pre_out_ids_, &pre_out_lens_, &pre_out_count_, &pre_fetch_,
+        &resident_,  &slot_page_,  &slot_len_,    &slot_used_,    &table_,         &fetch_,
+        &counters_,  &upload_dev_, &route_dev_}) {
     b += t->empty() ? 0 : t->numel() * 4;
   }
   return b;

@@ -84,8 +84,9 @@ class DeviceSelection {
   // Selects `layer`'s pages for an early estimate `q` of its queries and brings them into `ws`
   // (MapPages' prefetch mode: the page the step is still writing is left alone). Select and Map
   // with the real queries follow; they find the prefetched pages resident, and select what they
-  // would have selected without it.
-  void Prefetch(int layer, const Tensor& q, const WorkingSet& ws);
+  // would have selected without it. `percent` < 100: only that share of the pages the budget
+  // fills is brought in, each list's sink and best-ranked pages first.
+  void Prefetch(int layer, const Tensor& q, const WorkingSet& ws, int percent = 100);
 
   // Insertion routes on the device (--kv-route device, icecache only): from then on, each
   // decode step's Prepare routes the tokens of every loose page (a whole page between a list's
@@ -132,8 +133,7 @@ class DeviceSelection {
   KvLayout layout_;
   int layers_ = 0, heads_ = 0, n_heads_ = 0;
   int capacity_ = 0;
-  int prefetch_pages_ = 0;  // PageMapArgs::prefetch_pages of Prefetch
-  int64_t stride_ = 0;      // list entries per (layer, head) row on the device
+  int64_t stride_ = 0;  // list entries per (layer, head) row on the device
   int64_t last_length_ = -1;
   bool start_over_ = false;  // the last Prepare failed
   Tensor bounds_, spread_;   // summaries (and mean keys' spreads), one row per list entry
@@ -146,6 +146,9 @@ class DeviceSelection {
   Tensor scores_;  // [heads, stride_]
   Tensor out_ids_, out_lens_, out_count_;
   Tensor resident_, slot_page_, slot_len_, slot_used_, table_, fetch_, counters_;
+  // Prefetch's own scores, selection and copy list, so that it may run as side work beside the
+  // main stream's Select and Map of another layer.
+  Tensor pre_scores_, pre_out_ids_, pre_out_lens_, pre_out_count_, pre_fetch_;
   int32_t clock_ = 0;  // decode steps prepared (PageMapArgs::clock)
   // Host side: mirrors of the uploaded lists ([layers * heads, stride_]: page id, token count,
   // page version when it was summarized or kNotSummarized) and per row the entries uploaded and

@@ -16,6 +16,7 @@ SparseAttention::SparseAttention(Backend* backend, const ModelConfig& config)
   batch_ops_ = EnvSwitch("ICECACHE_DEVICE_BATCH", true);
   queued_uploads_ = EnvSwitch("ICECACHE_QUEUED_UPLOADS", false);
   parallel_prepare_ = EnvSwitch("ICECACHE_PARALLEL_PREPARE", true);
+  prefetch_percent_ = EnvInt("ICECACHE_PREFETCH_PERCENT", 100);
 }
 
 void SparseAttention::SetBatch(std::span<SequenceState* const> states) {
@@ -144,7 +145,8 @@ Status SparseAttention::Prefetch(int layer, const Tensor& q_estimate) {
     SequenceState& st = *states_[i];
     if (!SelectsOnDevice(st, layer)) continue;
     const int64_t t = static_cast<int64_t>(i);
-    st.device_select->Prefetch(layer, q_estimate.Slice(t, t + 1).Reshape({width}), *st.working_set);
+    st.device_select->Prefetch(layer, q_estimate.Slice(t, t + 1).Reshape({width}), *st.working_set,
+                               prefetch_percent_);
   }
   return Status::Ok();
 }

@@ -60,6 +60,7 @@ Result<std::unique_ptr<Transformer>> Transformer::Create(const ModelConfig& conf
   t->max_tokens_ = max_tokens;
   t->max_seqs_ = max_seqs;
   t->halves_ = EnvSwitch("ICECACHE_BATCH_HALVES", false);
+  t->prefetch_early_ = EnvSwitch("ICECACHE_PREFETCH_EARLY", false);
   ICECACHE_RETURN_IF_ERROR(t->PrepareWeights(weights));
   ICECACHE_RETURN_IF_ERROR(t->AllocateWorkspace(max_seqs, pool_capacity));
   return t;
@@ -308,8 +309,9 @@ Status Transformer::QueuePrefetch(int layer, int64_t n, const Tensor& pos_t,
   Backend& b = *backend_;
   const LayerWeights& lw = w_.layers[layer];
   const Tensor xn = qe_xn_.Slice(0, n), q = qe_.Slice(0, n);
-  // The residual stream after the previous layer's attention, normalized as `layer` will
-  // normalize its input. Read on the main stream: the next layer updates x in place.
+  // The residual stream after the previous layer's attention (before it, with
+  // ICECACHE_PREFETCH_EARLY), normalized as `layer` will normalize its input. Read on the main
+  // stream: the next layer updates x in place.
   b.RmsNorm(x_.Slice(0, n), lw.attn_norm, c.norm_eps, xn);
   b.BeginSideWork();
   b.MatMul(xn, lw.wq, lw.bq.empty() ? nullptr : &lw.bq, q.Reshape({n, c.q_dim()}));
@@ -430,9 +432,14 @@ Status Transformer::RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows,
     if (halves) b.JoinSideWork();  // the second half's side work of the layer before
     LayerIn(l, all, all_rows, pos_t, pool);
     b.JoinSideWork();  // the prefetch for this layer, queued during the last one
+    const bool prefetch =
+        !halves && l + 1 < c.n_layers && n <= qe_.dim(0) && attention.WantsPrefetch(l + 1);
+    if (prefetch && prefetch_early_) {
+      ICECACHE_RETURN_IF_ERROR(QueuePrefetch(l + 1, n, pos_t, attention));
+    }
     ICECACHE_RETURN_IF_ERROR(attention.Attend(l, q, attn));
     LayerOut(l, all_rows);
-    if (!halves && l + 1 < c.n_layers && n <= qe_.dim(0) && attention.WantsPrefetch(l + 1)) {
+    if (prefetch && !prefetch_early_) {
       ICECACHE_RETURN_IF_ERROR(QueuePrefetch(l + 1, n, pos_t, attention));
     }
     LayerMlp(l, all_rows);

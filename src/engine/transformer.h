@@ -128,6 +128,10 @@ class Transformer {
   // ICECACHE_BATCH_HALVES=1: decode steps whose attention runs in parts run each layer in two
   // halves of the batch, the second as side work (RunLayers). Off until measured on a GPU.
   bool halves_ = false;
+  // ICECACHE_PREFETCH_EARLY=1: a layer's prefetch is queued before the layer before it attends
+  // (from the residual stream before that attention) rather than after, so that its side work
+  // has that layer's attention as well as its MLP to hide behind. Off until measured on a GPU.
+  bool prefetch_early_ = false;
   ModelWeights w_;  // prepared for the backend
 
   // Activations (backend memory), sized for max_tokens_.

@@ -239,9 +239,11 @@ using Env = std::vector<std::pair<const char*, const char*>>;
 // engines on the synthetic tiny model, selecting on the device at budget 64 (quest and
 // icecache), each made with its environment (`env_a`, `env_b`) set. Both generate the same
 // tokens and attend the same number of tokens.
-void ExpectSameBatch(const Env& env_a, const Env& env_b, int max_tokens) {
+void ExpectSameBatch(const Env& env_a, const Env& env_b, int max_tokens,
+                     const std::string& prefetch = "auto") {
   EngineOptions o{.context_size = 1024, .synthetic = "tiny"};
   o.max_sequences = 4;
+  o.kv_prefetch = prefetch;
   o.kv_select = "device";
   std::vector<GenerateRequest> requests(4);
   for (int r = 0; r < 4; ++r) {
@@ -300,6 +302,17 @@ TEST_F(CudaOffload, LanesChangeNoToken) {
 TEST_F(CudaOffload, BatchHalvesChangeNoToken) {
   ExpectSameBatch({{"ICECACHE_DEVICE_BATCH", "0"}},
                   {{"ICECACHE_DEVICE_BATCH", "0"}, {"ICECACHE_BATCH_HALVES", "1"}}, 40);
+}
+
+// ICECACHE_PREFETCH_EARLY=1 (read when the transformer is made) queues each layer's prefetch
+// before the layer before it attends, so that the prefetch's selection and map run as side work
+// beside the main stream's selection, map and attention of another layer; with
+// ICECACHE_PREFETCH_PERCENT=30 it also brings in only the best-ranked 30% of the pages. A race
+// on shared scratch (selection output, copy lists) would show as a difference from the late,
+// whole prefetch.
+TEST_F(CudaOffload, EarlyPartialPrefetchChangesNoToken) {
+  ExpectSameBatch({}, {{"ICECACHE_PREFETCH_EARLY", "1"}, {"ICECACHE_PREFETCH_PERCENT", "30"}},
+                  kSteps, "on");
 }
 
 // On a GPU a batch's index updates run beside the next step's device work (--index-update auto):

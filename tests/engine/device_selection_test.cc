@@ -216,6 +216,42 @@ TEST_F(DeviceSelectionTest, PrefetchMovesPagesEarlierAndChangesNothingAttended) 
   }
 }
 
+// The prefetch's A/B switches, read when the engine is made: ICECACHE_PREFETCH_EARLY=1 queues a
+// layer's prefetch before the layer before it attends, with its own selection and copy list;
+// ICECACHE_PREFETCH_PERCENT=30 brings in only the best-ranked 30% of the budget's pages. Neither
+// may change what is selected or attended; the partial one prefetches fewer pages.
+TEST_F(DeviceSelectionTest, EarlyOrPartialPrefetchChangesNothingAttended) {
+  const ScoreRequest r{Tokens(420, 23), Tokens(40, 24), true};
+  KvConfig kv = Quest(64);
+  kv.policy = "icecache";
+  kv.rank = "centroid";
+  auto off = Make(kv, "device", false);
+  auto whole = Make(kv, "device", true);
+  ASSERT_TRUE(off.ok() && whole.ok());
+  auto want = (*off)->Score(r);
+  auto all = (*whole)->Score(r);
+  ASSERT_TRUE(want.ok() && all.ok());
+  for (const char* early : {"0", "1"}) {
+    for (const char* percent : {"100", "30"}) {
+      SCOPED_TRACE(std::string("early ") + early + ", percent " + percent);
+      setenv("ICECACHE_PREFETCH_EARLY", early, 1);
+      setenv("ICECACHE_PREFETCH_PERCENT", percent, 1);
+      auto on = Make(kv, "device", true);
+      unsetenv("ICECACHE_PREFETCH_EARLY");
+      unsetenv("ICECACHE_PREFETCH_PERCENT");
+      ASSERT_TRUE(on.ok());
+      auto got = (*on)->Score(r);
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      ExpectSameLogits(*got, *want);
+      EXPECT_DOUBLE_EQ(got->kv.tokens_attended, want->kv.tokens_attended);
+      EXPECT_GT(got->kv.pages_prefetched, 0.0);
+      if (std::string(percent) == "30") {
+        EXPECT_LT(got->kv.pages_prefetched, all->kv.pages_prefetched);
+      }
+    }
+  }
+}
+
 // Which decode steps prefetch: on, every step with a device-selecting sequence; auto
 // (--kv-prefetch auto on a GPU), only steps with exactly one (a batch's prefetches would queue one
 // after another), and then as its tuner says (a fresh one first times steps with the prefetch);
