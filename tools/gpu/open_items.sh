@@ -5,7 +5,8 @@
 #      ICECACHE_FETCH_BULK=1;
 #   2. 5c: full attention at 32K, batches given by --full-batches (KV on the device);
 #   3. 5a: 128K, batch 1, budget 2048, 64 steps: --kv-prefetch off, the defaults, and on with
-#      ICECACHE_PREFETCH_PERCENT at each of --shares ("" for none);
+#      ICECACHE_PREFETCH_PERCENT at each of --shares ("" for none); with --early, each share
+#      also with ICECACHE_PREFETCH_EARLY=1 (the prefetch queued before the layer before attends);
 #   4. 5c: icecache (budget 256, the defaults) at 32K and batch --ice-batch, for the ratio in
 #      one call (0 skips it);
 #   5. BM_FetchPages with and without the bulk copies, and where the kernel's mode 0 reads below
@@ -13,11 +14,12 @@
 # Each step starts only while --deadline seconds (from the start) leave room for it.
 #
 #   tools/gpu/open_items.sh --bundle FILE [--full-batches "30 32"] [--deadline 560]
-#       [--ice-batch 20] [--shares "100 50 30"] [--slow-gbs 40] [--skip-tests] [--skip-5a]
+#       [--ice-batch 20] [--shares "100 50 30"] [--early] [--slow-gbs 40] [--skip-tests]
+#       [--skip-5a]
 # On an H100 (80 GB): --full-batches "" --ice-batch 0.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BUNDLE="" FULL_BATCHES="30 32" DEADLINE=560 SLOW_GBS=40 SKIP_5A=0 SKIP_TESTS=0 ICE_BATCH=20 SHARES="100 50 30"
+BUNDLE="" FULL_BATCHES="30 32" DEADLINE=560 SLOW_GBS=40 SKIP_5A=0 SKIP_TESTS=0 ICE_BATCH=20 SHARES="100 50 30" EARLY=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) BUNDLE=$2; shift ;;
@@ -28,6 +30,7 @@ while [[ $# -gt 0 ]]; do
     --skip-tests) SKIP_TESTS=1 ;;
     --ice-batch) ICE_BATCH=$2; shift ;;
     --shares) SHARES=$2; shift ;;
+    --early) EARLY="0 1" ;;
     *) echo "unknown option $1"; exit 2 ;;
   esac
   shift
@@ -65,12 +68,16 @@ done
   OUT=$OUT/5a bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 --budget 2048 \
     --decode 64 --timeout 100 defaults="$BUNDLE"
   for pct in $SHARES; do
-    room 90 "prefetch at $pct percent" || break
-    OUT=$OUT/5a-on$pct bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 \
-      --budget 2048 --decode 64 --timeout 100 --flags "--kv-prefetch on" \
-      "on$pct=$BUNDLE@ICECACHE_PREFETCH_PERCENT=$pct"
+    for early in $EARLY; do
+      room 90 "prefetch at $pct percent, early $early" || break 2
+      name=on$pct
+      ((early)) && name=early$pct
+      ICECACHE_PREFETCH_EARLY=$early OUT=$OUT/5a-$name bash "$ROOT/tools/gpu/builds_ab.sh" \
+        --context 131072 --batch 1 --budget 2048 --decode 64 --timeout 100 \
+        --flags "--kv-prefetch on" "$name=$BUNDLE@ICECACHE_PREFETCH_PERCENT=$pct"
+    done
   done
-  grep -HE "time per step|^fetch|prefetch  " "$OUT"/5a*/*.err
+  grep -HE "time per step|^fetch|prefetch  |side work:" "$OUT"/5a*/*.err
 }
 
 ((ICE_BATCH > 0)) && room 200 "icecache batch $ICE_BATCH" && {
