@@ -16,7 +16,8 @@ SparseAttention::SparseAttention(Backend* backend, const ModelConfig& config)
   batch_ops_ = EnvSwitch("ICECACHE_DEVICE_BATCH", true);
   queued_uploads_ = EnvSwitch("ICECACHE_QUEUED_UPLOADS", false);
   parallel_prepare_ = EnvSwitch("ICECACHE_PARALLEL_PREPARE", true);
-  prefetch_percent_ = EnvInt("ICECACHE_PREFETCH_PERCENT", 100);
+  const int percent = EnvInt("ICECACHE_PREFETCH_PERCENT", 100);
+  prefetch_percent_ = percent >= 1 && percent <= 100 ? percent : 100;
 }
 
 void SparseAttention::SetBatch(std::span<SequenceState* const> states) {

@@ -118,8 +118,9 @@ class SparseAttention : public LayerAttention {
   bool queued_uploads_ = false;
   // The host phase of that prepare on workers_ (ICECACHE_PARALLEL_PREPARE=0: on this thread).
   bool parallel_prepare_ = true;
-  // ICECACHE_PREFETCH_PERCENT: the share of the budget's pages a prefetch brings in, the
-  // best-ranked first (DeviceSelection::Prefetch); 100 (the default): all of them.
+  // ICECACHE_PREFETCH_PERCENT (1-100; anything else reads as 100): the share of the budget's
+  // pages a prefetch brings in, the best-ranked first (DeviceSelection::Prefetch); 100 (the
+  // default): all of them.
   int prefetch_percent_ = 100;
   ThreadPool* workers_ = nullptr;
   std::vector<int32_t> table_;  // host staging: indptr | indices | lens
