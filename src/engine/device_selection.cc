@@ -41,12 +41,8 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
   const int64_t out = lim.max_pages;
   d->limits_host_.assign(static_cast<size_t>(rows) * 5, 0);
   d->pending_host_.assign(static_cast<size_t>(rows), -1);
-  ICECACHE_ASSIGN_OR_RETURN(d->out_ids_, backend.Allocate(DType::kI32, {d->heads_, out}));
-  ICECACHE_ASSIGN_OR_RETURN(d->out_lens_, backend.Allocate(DType::kI32, {d->heads_, out}));
-  ICECACHE_ASSIGN_OR_RETURN(d->out_count_, backend.Allocate(DType::kI32, {d->heads_}));
-  ICECACHE_ASSIGN_OR_RETURN(d->pre_out_ids_, backend.Allocate(DType::kI32, {d->heads_, out}));
-  ICECACHE_ASSIGN_OR_RETURN(d->pre_out_lens_, backend.Allocate(DType::kI32, {d->heads_, out}));
-  ICECACHE_ASSIGN_OR_RETURN(d->pre_out_count_, backend.Allocate(DType::kI32, {d->heads_}));
+  ICECACHE_RETURN_IF_ERROR(d->AllocatePicks(&d->picks_));
+  ICECACHE_RETURN_IF_ERROR(d->AllocatePicks(&d->prefetch_picks_));
   ICECACHE_ASSIGN_OR_RETURN(d->resident_, backend.Allocate(DType::kI32, {pool.capacity()}));
   const int64_t slots = ws.view().num_pages;
   ICECACHE_ASSIGN_OR_RETURN(d->slot_page_, backend.Allocate(DType::kI32, {slots}));
@@ -54,10 +50,6 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
   ICECACHE_ASSIGN_OR_RETURN(d->slot_used_, backend.Allocate(DType::kI32, {slots}));
   ICECACHE_ASSIGN_OR_RETURN(d->table_,
                             backend.Allocate(DType::kI32, {d->heads_ + 1 + 2 * d->heads_ * out}));
-  ICECACHE_ASSIGN_OR_RETURN(
-      d->fetch_, backend.Allocate(DType::kI32, {d->heads_ * (1 + 2 * int64_t{d->capacity_})}));
-  ICECACHE_ASSIGN_OR_RETURN(
-      d->pre_fetch_, backend.Allocate(DType::kI32, {d->heads_ * (1 + 2 * int64_t{d->capacity_})}));
   ICECACHE_ASSIGN_OR_RETURN(d->counters_, backend.Allocate(DType::kI32, {8}));
   ICECACHE_ASSIGN_OR_RETURN(d->counters_host_, backend.AllocateStaging(DType::kI32, {8}));
   d->synced_.assign(rows, 0);
@@ -67,6 +59,16 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
   ICECACHE_RETURN_IF_ERROR(d->GrowSummaries());
   d->ResetResidency();
   return d;
+}
+
+Status DeviceSelection::AllocatePicks(Picks* p) const {
+  const int64_t out = limits_.max_pages;
+  ICECACHE_ASSIGN_OR_RETURN(p->ids, backend_->Allocate(DType::kI32, {heads_, out}));
+  ICECACHE_ASSIGN_OR_RETURN(p->lens, backend_->Allocate(DType::kI32, {heads_, out}));
+  ICECACHE_ASSIGN_OR_RETURN(p->count, backend_->Allocate(DType::kI32, {heads_}));
+  ICECACHE_ASSIGN_OR_RETURN(
+      p->fetch, backend_->Allocate(DType::kI32, {heads_ * (1 + 2 * int64_t{capacity_})}));
+  return Status::Ok();
 }
 
 void DeviceSelection::ResetResidency() {
@@ -92,7 +94,8 @@ Status DeviceSelection::Grow(int64_t entries) {
   ICECACHE_ASSIGN_OR_RETURN(Tensor lens_dev, backend_->Allocate(DType::kI32, {rows, stride}));
   ICECACHE_ASSIGN_OR_RETURN(Tensor rows_dev, backend_->Allocate(DType::kI32, {rows, stride}));
   ICECACHE_ASSIGN_OR_RETURN(Tensor scores, backend_->Allocate(DType::kF32, {heads_, stride}));
-  ICECACHE_ASSIGN_OR_RETURN(Tensor pre_scores, backend_->Allocate(DType::kF32, {heads_, stride}));
+  ICECACHE_ASSIGN_OR_RETURN(Tensor prefetch_scores,
+                            backend_->Allocate(DType::kF32, {heads_, stride}));
   // The uploaded entries move over in backend memory, row by row (queued behind any upload
   // still in flight); entries past a list's count are never read.
   if (stride_ > 0) {
@@ -120,8 +123,8 @@ Status DeviceSelection::Grow(int64_t entries) {
   list_ids_ = std::move(ids_dev);
   list_lens_ = std::move(lens_dev);
   list_rows_ = std::move(rows_dev);
-  scores_ = std::move(scores);
-  pre_scores_ = std::move(pre_scores);
+  picks_.scores = std::move(scores);
+  prefetch_picks_.scores = std::move(prefetch_scores);
   return Status::Ok();
 }
 
@@ -448,7 +451,7 @@ void DeviceSelection::CollectChanges(const KvSequence& seq, int pending) {
   }
 }
 
-PageSelectArgs DeviceSelection::SelectArgs(int layer, const Tensor& q) const {
+PageSelectArgs DeviceSelection::SelectArgs(int layer, const Tensor& q, const Picks& picks) const {
   const int64_t first = static_cast<int64_t>(layer) * heads_;
   PageSelectArgs s;
   s.q = q;
@@ -458,10 +461,10 @@ PageSelectArgs DeviceSelection::SelectArgs(int layer, const Tensor& q) const {
   s.limits = limits_dev_.Slice(first, first + heads_);
   s.bounds = bounds_;
   s.spread = spread_;
-  s.scores = scores_;
-  s.out_ids = out_ids_;
-  s.out_lens = out_lens_;
-  s.out_count = out_count_;
+  s.scores = picks.scores;
+  s.out_ids = picks.ids;
+  s.out_lens = picks.lens;
+  s.out_count = picks.count;
   s.n_heads = n_heads_;
   return s;
 }
@@ -470,11 +473,11 @@ void DeviceSelection::Select(int layer, const Tensor& q) {
   backend_->SelectPages(SelectArgs(layer, q));
 }
 
-PageMapArgs DeviceSelection::MapArgs(int layer, const WorkingSet& ws) const {
+PageMapArgs DeviceSelection::MapArgs(int layer, const WorkingSet& ws, const Picks& picks) const {
   PageMapArgs m;
-  m.sel_ids = out_ids_;
-  m.sel_lens = out_lens_;
-  m.sel_count = out_count_;
+  m.sel_ids = picks.ids;
+  m.sel_lens = picks.lens;
+  m.sel_count = picks.count;
   m.host = host_view_;
   m.slots = ws.view();
   m.first_group = layer * heads_;
@@ -485,7 +488,7 @@ PageMapArgs DeviceSelection::MapArgs(int layer, const WorkingSet& ws) const {
   m.slot_used = slot_used_;
   m.clock = clock_;
   m.table = table_;
-  m.fetch = fetch_;
+  m.fetch = picks.fetch;
   m.counters = counters_;
   return m;
 }
@@ -506,18 +509,8 @@ void DeviceSelection::Map(int layer, const WorkingSet& ws, PageTableView* table)
 }
 
 void DeviceSelection::Prefetch(int layer, const Tensor& q, const WorkingSet& ws, int percent) {
-  // Its own selection and copy list: it may run beside another layer's Select and Map.
-  PageSelectArgs s = SelectArgs(layer, q);
-  s.scores = pre_scores_;
-  s.out_ids = pre_out_ids_;
-  s.out_lens = pre_out_lens_;
-  s.out_count = pre_out_count_;
-  backend_->SelectPages(s);
-  PageMapArgs m = MapArgs(layer, ws);
-  m.sel_ids = pre_out_ids_;
-  m.sel_lens = pre_out_lens_;
-  m.sel_count = pre_out_count_;
-  m.fetch = pre_fetch_;
+  backend_->SelectPages(SelectArgs(layer, q, prefetch_picks_));
+  PageMapArgs m = MapArgs(layer, ws, prefetch_picks_);
   const int64_t first = static_cast<int64_t>(layer) * heads_;
   m.pending = pending_dev_.Slice(first, first + heads_);
   if (percent < 100) {
@@ -543,11 +536,27 @@ Result<WorkingSetCounters> DeviceSelection::Counters(const KvLayout& layout) {
 
 int64_t DeviceSelection::device_bytes() const {
   int64_t b = 0;
-  for (const Tensor* t :
-       {&list_ids_,  &list_lens_,  &list_rows_,   &scores_,       &out_ids_,       &out_lens_,
-        &out_count_, &pre_scores_, &pre_out_ids_, &pre_out_lens_, &pre_out_count_, &pre_fetch_,
-        &resident_,  &slot_page_,  &slot_len_,    &slot_used_,    &table_,         &fetch_,
-        &counters_,  &upload_dev_, &route_dev_}) {
+  for (const Tensor* t : {&list_ids_,
+                          &list_lens_,
+                          &list_rows_,
+                          &picks_.scores,
+                          &picks_.ids,
+                          &picks_.lens,
+                          &picks_.count,
+                          &picks_.fetch,
+                          &prefetch_picks_.scores,
+                          &prefetch_picks_.ids,
+                          &prefetch_picks_.lens,
+                          &prefetch_picks_.count,
+                          &prefetch_picks_.fetch,
+                          &resident_,
+                          &slot_page_,
+                          &slot_len_,
+                          &slot_used_,
+                          &table_,
+                          &counters_,
+                          &upload_dev_,
+                          &route_dev_}) {
     b += t->empty() ? 0 : t->numel() * 4;
   }
   return b;

@@ -78,8 +78,10 @@ class DeviceSelection {
   void Map(int layer, const WorkingSet& ws, PageTableView* table);
   // The arguments Select and Map pass the backend (for Backend::SelectPagesBatch and
   // MapPagesBatch over a step's sequences), and the page table a map writes.
-  PageSelectArgs SelectArgs(int layer, const Tensor& q) const;
-  PageMapArgs MapArgs(int layer, const WorkingSet& ws) const;
+  PageSelectArgs SelectArgs(int layer, const Tensor& q) const {
+    return SelectArgs(layer, q, picks_);
+  }
+  PageMapArgs MapArgs(int layer, const WorkingSet& ws) const { return MapArgs(layer, ws, picks_); }
   PageTableView Table() const;
   // Selects `layer`'s pages for an early estimate `q` of its queries and brings them into `ws`
   // (MapPages' prefetch mode: the page the step is still writing is left alone). Select and Map
@@ -143,12 +145,19 @@ class DeviceSelection {
   // each list's step writes or -1 ([layers * heads]), and the pages to summarize.
   Tensor limits_dev_, pending_dev_;
   Tensor bound_ids_, bound_lens_, bound_rows_;
-  Tensor scores_;  // [heads, stride_]
-  Tensor out_ids_, out_lens_, out_count_;
-  Tensor resident_, slot_page_, slot_len_, slot_used_, table_, fetch_, counters_;
-  // Prefetch's own scores, selection and copy list, so that it may run as side work beside the
-  // main stream's Select and Map of another layer.
-  Tensor pre_scores_, pre_out_ids_, pre_out_lens_, pre_out_count_, pre_fetch_;
+  // One selection's scratch and results: the scores ([heads, stride_], made by Grow), the pages
+  // picked and their token counts ([heads, max pages]), their number ([heads]) and the map's copy
+  // list ([heads, 1 + 2 * capacity]).
+  struct Picks {
+    Tensor scores, ids, lens, count, fetch;
+  };
+  Status AllocatePicks(Picks* p) const;
+  PageSelectArgs SelectArgs(int layer, const Tensor& q, const Picks& picks) const;
+  PageMapArgs MapArgs(int layer, const WorkingSet& ws, const Picks& picks) const;
+  // The step's Select and Map use picks_; Prefetch has its own, so that it may run as side work
+  // beside the main stream's Select and Map of another layer.
+  Picks picks_, prefetch_picks_;
+  Tensor resident_, slot_page_, slot_len_, slot_used_, table_, counters_;
   int32_t clock_ = 0;  // decode steps prepared (PageMapArgs::clock)
   // Host side: mirrors of the uploaded lists ([layers * heads, stride_]: page id, token count,
   // page version when it was summarized or kNotSummarized) and per row the entries uploaded and
