@@ -120,6 +120,14 @@ struct PageSelectArgs {
 // query, to bring its pages in before the layer needs them. Pages are placed and copied the same
 // way, except that each row's pending page (the one the step is still writing; -1: none) is
 // neither kept nor copied; no table is written, and the copies are counted as prefetched.
+//
+// A map may run in two calls (`stage`): kPlace does all of the above but the copies, listing
+// them in `fetch`; a later kCopy call with the same arguments makes those copies and changes
+// nothing else. In between, nothing may change the rows' slots, and the copied slots hold stale
+// data: a prefetch places its pages beside the work before it and copies them once the host link
+// is free.
+enum class MapStage { kAll = 0, kPlace = 1, kCopy = 2 };
+
 struct PageMapArgs {
   Tensor sel_ids, sel_lens;  // i32 [rows, stride]: SelectPages' output
   Tensor sel_count;          // i32 [rows]
@@ -140,6 +148,7 @@ struct PageMapArgs {
   // Prefetch mode: only each row's first `prefetch_pages` entries (its sink, then its best-ranked
   // pages) are placed and copied; 0: all of them.
   int prefetch_pages = 0;
+  MapStage stage = MapStage::kAll;
   // Optional (empty: unused): i32 [slot pages], the `clock` of the last normal map that listed
   // each slot, and this map's clock (a normal map lists each row once per clock value).
   Tensor slot_used;

@@ -508,15 +508,28 @@ void DeviceSelection::Map(int layer, const WorkingSet& ws, PageTableView* table)
   *table = Table();
 }
 
-void DeviceSelection::Prefetch(int layer, const Tensor& q, const WorkingSet& ws, int percent) {
-  backend_->SelectPages(SelectArgs(layer, q, prefetch_picks_));
+PageMapArgs DeviceSelection::PrefetchMapArgs(int layer, const WorkingSet& ws) const {
   PageMapArgs m = MapArgs(layer, ws, prefetch_picks_);
   const int64_t first = static_cast<int64_t>(layer) * heads_;
   m.pending = pending_dev_.Slice(first, first + heads_);
+  return m;
+}
+
+void DeviceSelection::Prefetch(int layer, const Tensor& q, const WorkingSet& ws, int percent,
+                               bool defer_copy) {
+  backend_->SelectPages(SelectArgs(layer, q, prefetch_picks_));
+  PageMapArgs m = PrefetchMapArgs(layer, ws);
   if (percent < 100) {
     const int budget_pages = (limits_.budget + layout_.page_size - 1) / layout_.page_size;
     m.prefetch_pages = std::max(1, budget_pages * std::max(percent, 0) / 100);
   }
+  if (defer_copy) m.stage = MapStage::kPlace;
+  backend_->MapPages(m);
+}
+
+void DeviceSelection::CopyPrefetched(int layer, const WorkingSet& ws) {
+  PageMapArgs m = PrefetchMapArgs(layer, ws);
+  m.stage = MapStage::kCopy;
   backend_->MapPages(m);
 }
 

@@ -87,8 +87,12 @@ class DeviceSelection {
   // (MapPages' prefetch mode: the page the step is still writing is left alone). Select and Map
   // with the real queries follow; they find the prefetched pages resident, and select what they
   // would have selected without it. `percent` < 100: only that share of the pages the budget
-  // fills is brought in, each list's sink and best-ranked pages first.
-  void Prefetch(int layer, const Tensor& q, const WorkingSet& ws, int percent = 100);
+  // fills is brought in, each list's sink and best-ranked pages first. `defer_copy`: the pages
+  // are placed but not copied until CopyPrefetched(layer, ws), which must follow before Select
+  // and Map of `layer` (and before any other Prefetch).
+  void Prefetch(int layer, const Tensor& q, const WorkingSet& ws, int percent = 100,
+                bool defer_copy = false);
+  void CopyPrefetched(int layer, const WorkingSet& ws);
 
   // Insertion routes on the device (--kv-route device, icecache only): from then on, each
   // decode step's Prepare routes the tokens of every loose page (a whole page between a list's
@@ -154,6 +158,8 @@ class DeviceSelection {
   Status AllocatePicks(Picks* p) const;
   PageSelectArgs SelectArgs(int layer, const Tensor& q, const Picks& picks) const;
   PageMapArgs MapArgs(int layer, const WorkingSet& ws, const Picks& picks) const;
+  // The prefetch's map of `layer` (prefetch mode, over prefetch_picks_).
+  PageMapArgs PrefetchMapArgs(int layer, const WorkingSet& ws) const;
   // The step's Select and Map use picks_; Prefetch has its own, so that it may run as side work
   // beside the main stream's Select and Map of another layer.
   Picks picks_, prefetch_picks_;

@@ -38,9 +38,14 @@ class LayerAttention {
   // estimate from the residual stream before `layer` runs (its own projection of the previous
   // layer's state after attention) and calls Prefetch as side work (Backend::BeginSideWork),
   // joined before Attend(layer). A prefetch may only move pages into a working set: what Attend
-  // selects and computes must not depend on it.
+  // selects and computes must not depend on it. `defer_copy`: the pages are chosen and placed
+  // but not copied until FinishPrefetch(layer), also side work, queued before the join (so that
+  // the copies may wait until the work between the two calls is done with the host link).
   virtual bool WantsPrefetch(int layer) const { return false; }
-  virtual Status Prefetch(int layer, const Tensor& q_estimate) { return Status::Ok(); }
+  virtual Status Prefetch(int layer, const Tensor& q_estimate, bool defer_copy) {
+    return Status::Ok();
+  }
+  virtual Status FinishPrefetch(int layer) { return Status::Ok(); }
 
   // Batch halves (the transformer's ICECACHE_BATCH_HALVES=1): whether `layer` may attend for a
   // part of a decode step's sequences at a time, queued as side work (Backend::BeginSideWork:

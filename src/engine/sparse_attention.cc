@@ -140,14 +140,21 @@ void SparseAttention::EndStep(double step_seconds) {
   step_tuned_ = false;
 }
 
-Status SparseAttention::Prefetch(int layer, const Tensor& q_estimate) {
+Status SparseAttention::Prefetch(int layer, const Tensor& q_estimate, bool defer_copy) {
   const int64_t width = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
   for (size_t i = 0; i < states_.size(); ++i) {
     SequenceState& st = *states_[i];
     if (!SelectsOnDevice(st, layer)) continue;
     const int64_t t = static_cast<int64_t>(i);
     st.device_select->Prefetch(layer, q_estimate.Slice(t, t + 1).Reshape({width}), *st.working_set,
-                               prefetch_percent_);
+                               prefetch_percent_, defer_copy);
+  }
+  return Status::Ok();
+}
+
+Status SparseAttention::FinishPrefetch(int layer) {
+  for (SequenceState* st : states_) {
+    if (SelectsOnDevice(*st, layer)) st->device_select->CopyPrefetched(layer, *st->working_set);
   }
   return Status::Ok();
 }

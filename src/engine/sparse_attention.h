@@ -67,7 +67,8 @@ class SparseAttention : public LayerAttention {
   Status Prepare(const StepContext& step) override;
   Status Attend(int layer, const Tensor& q, const Tensor& out) override;
   bool WantsPrefetch(int layer) const override;
-  Status Prefetch(int layer, const Tensor& q_estimate) override;
+  Status Prefetch(int layer, const Tensor& q_estimate, bool defer_copy) override;
+  Status FinishPrefetch(int layer) override;
   // In parts when every sequence selects `layer`'s pages in backend memory (and no phase is
   // timed): a part runs as batched ops, or one sequence after another without lanes.
   bool AttendsInParts(int layer) const override;

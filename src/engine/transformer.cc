@@ -304,7 +304,7 @@ Result<int64_t> Transformer::StageInputs(const ForwardInput& in, std::span<const
 }
 
 Status Transformer::QueuePrefetch(int layer, int64_t n, const Tensor& pos_t,
-                                  LayerAttention& attention) {
+                                  LayerAttention& attention, bool defer_copy) {
   const ModelConfig& c = config_;
   Backend& b = *backend_;
   const LayerWeights& lw = w_.layers[layer];
@@ -320,7 +320,7 @@ Status Transformer::QueuePrefetch(int layer, int64_t n, const Tensor& pos_t,
     b.RmsNorm(qh, lw.q_norm, c.norm_eps, qh);
   }
   b.Rope(pos_t, inv_freq_, q);
-  const Status st = attention.Prefetch(layer, q);
+  const Status st = attention.Prefetch(layer, q, defer_copy);
   b.EndSideWork();
   return st;
 }
@@ -435,12 +435,22 @@ Status Transformer::RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows,
     const bool prefetch =
         !halves && l + 1 < c.n_layers && n <= qe_.dim(0) && attention.WantsPrefetch(l + 1);
     if (prefetch && prefetch_early_) {
-      ICECACHE_RETURN_IF_ERROR(QueuePrefetch(l + 1, n, pos_t, attention));
+      ICECACHE_RETURN_IF_ERROR(QueuePrefetch(l + 1, n, pos_t, attention, /*defer_copy=*/true));
     }
-    ICECACHE_RETURN_IF_ERROR(attention.Attend(l, q, attn));
+    const Status attended = attention.Attend(l, q, attn);
+    if (prefetch && prefetch_early_) {
+      // The early prefetch's copies, ordered after this layer's attention and so after its
+      // fetch: they share the host link with nothing then. Queued even when the attention
+      // failed, since the pages are already placed.
+      b.BeginSideWork();
+      const Status st = attention.FinishPrefetch(l + 1);
+      b.EndSideWork();
+      ICECACHE_RETURN_IF_ERROR(st);
+    }
+    ICECACHE_RETURN_IF_ERROR(attended);
     LayerOut(l, all_rows);
     if (prefetch && !prefetch_early_) {
-      ICECACHE_RETURN_IF_ERROR(QueuePrefetch(l + 1, n, pos_t, attention));
+      ICECACHE_RETURN_IF_ERROR(QueuePrefetch(l + 1, n, pos_t, attention, /*defer_copy=*/false));
     }
     LayerMlp(l, all_rows);
   }

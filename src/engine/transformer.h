@@ -119,7 +119,8 @@ class Transformer {
   void LayerMlp(int l, const Rows& t);
   // Queues the early query estimate of `layer` for the step's `n` tokens and the strategy's
   // prefetch from it as side work (LayerAttention::Prefetch).
-  Status QueuePrefetch(int layer, int64_t n, const Tensor& pos_t, LayerAttention& attention);
+  Status QueuePrefetch(int layer, int64_t n, const Tensor& pos_t, LayerAttention& attention,
+                       bool defer_copy);
 
   ModelConfig config_;
   Backend* backend_ = nullptr;
@@ -128,9 +129,11 @@ class Transformer {
   // ICECACHE_BATCH_HALVES=1: decode steps whose attention runs in parts run each layer in two
   // halves of the batch, the second as side work (RunLayers). Off until measured on a GPU.
   bool halves_ = false;
-  // ICECACHE_PREFETCH_EARLY=1: a layer's prefetch is queued before the layer before it attends
-  // (from the residual stream before that attention) rather than after, so that its side work
-  // has that layer's attention as well as its MLP to hide behind. Off until measured on a GPU.
+  // ICECACHE_PREFETCH_EARLY=1: a layer's prefetch chooses and places its pages before the layer
+  // before it attends (from the residual stream before that attention) rather than after, so
+  // that this side work has that layer's attention as well as its MLP to hide behind; its
+  // copies wait for that attention, whose fetch would share the host link with them. Off until
+  // measured on a GPU.
   bool prefetch_early_ = false;
   ModelWeights w_;  // prepared for the backend
 

@@ -217,7 +217,8 @@ TEST_F(DeviceSelectionTest, PrefetchMovesPagesEarlierAndChangesNothingAttended) 
 }
 
 // The prefetch's A/B switches, read when the engine is made: ICECACHE_PREFETCH_EARLY=1 queues a
-// layer's prefetch before the layer before it attends, with its own selection and copy list;
+// layer's prefetch before the layer before it attends, with its own selection and copy list, and
+// its copies after that attention (MapStage::kPlace, then kCopy);
 // ICECACHE_PREFETCH_PERCENT=30 brings in only the best-ranked 30% of the budget's pages. Neither
 // may change what is selected or attended; the partial one prefetches fewer pages.
 TEST_F(DeviceSelectionTest, EarlyOrPartialPrefetchChangesNothingAttended) {
@@ -680,22 +681,42 @@ TEST(PageBoundsTest, MeanKeysAreStoredInQ8_0AtTheCallersRows) {
   }
 }
 
+// A host tier of f32 pages whose keys are numbered by element (values negated) and whose
+// positions are numbered by row, so that every page's contents differ.
+struct NumberedHostTier {
+  NumberedHostTier(int pages, int page_size, int head_dim)
+      : k(static_cast<size_t>(pages) * page_size * head_dim),
+        v(k.size()),
+        pos(static_cast<size_t>(pages) * page_size),
+        pages(pages),
+        page_size(page_size),
+        head_dim(head_dim) {
+    for (size_t i = 0; i < k.size(); ++i) {
+      k[i] = static_cast<float>(i);
+      v[i] = -static_cast<float>(i);
+    }
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  }
+  KvPoolView View() {
+    return KvPoolView{k.data(), v.data(), pos.data(), DType::kF32, pages, page_size, head_dim};
+  }
+  std::vector<float> k, v;
+  std::vector<int32_t> pos;
+  int pages, page_size, head_dim;
+};
+
 // MapPages over random selections: slots always hold the selected host pages.
 TEST(MapPagesTest, SlotsHoldTheSelectedPagesAndRepeatsAreHits) {
   auto backend = MakeCpuBackend({.threads = 1});
   const int page = 4, dim = 8, host_pages = 64, rows = 2, cap = 6, stride = 5;
   const int64_t page_elems = page * dim;
-  std::vector<float> hk(host_pages * page_elems), hv(hk.size());
-  std::vector<int32_t> hpos(host_pages * page);
-  for (size_t i = 0; i < hk.size(); ++i) {
-    hk[i] = static_cast<float>(i);
-    hv[i] = -static_cast<float>(i);
-  }
-  for (size_t i = 0; i < hpos.size(); ++i) hpos[i] = static_cast<int32_t>(i);
+  NumberedHostTier tier(host_pages, page, dim);
+  std::vector<float>&hk = tier.k, &hv = tier.v;
+  std::vector<int32_t>& hpos = tier.pos;
   const int slot_pages = (rows + 1) * cap;  // groups 1 and 2 (first_group 1)
   std::vector<float> sk(slot_pages * page_elems), sv(sk.size());
   std::vector<int32_t> spos(slot_pages * page);
-  KvPoolView host{hk.data(), hv.data(), hpos.data(), DType::kF32, host_pages, page, dim};
+  const KvPoolView host = tier.View();
   KvPoolView slots{sk.data(), sv.data(), spos.data(), DType::kF32, slot_pages, page, dim};
   std::vector<int32_t> resident(host_pages, -1), slot_page(slot_pages, -1), slot_len(slot_pages, 0);
   std::vector<int32_t> table(rows + 1 + 2 * rows * stride), fetch(rows * (1 + 2 * cap));
@@ -796,16 +817,11 @@ TEST(MapPagesTest, PrefetchPlacesPagesButNotThePendingOneAndWritesNoTable) {
   auto backend = MakeCpuBackend({.threads = 1});
   const int page = 4, dim = 8, host_pages = 16, cap = 6, stride = 4;
   const int64_t page_elems = page * dim;
-  std::vector<float> hk(host_pages * page_elems), hv(hk.size());
-  std::vector<int32_t> hpos(host_pages * page);
-  for (size_t i = 0; i < hk.size(); ++i) {
-    hk[i] = static_cast<float>(i);
-    hv[i] = 0.5f * static_cast<float>(i);
-  }
-  for (size_t i = 0; i < hpos.size(); ++i) hpos[i] = static_cast<int32_t>(i);
+  NumberedHostTier tier(host_pages, page, dim);
+  const std::vector<float>&hk = tier.k, &hv = tier.v;
   std::vector<float> sk(cap * page_elems), sv(sk.size());
   std::vector<int32_t> spos(cap * page);
-  KvPoolView host{hk.data(), hv.data(), hpos.data(), DType::kF32, host_pages, page, dim};
+  const KvPoolView host = tier.View();
   KvPoolView slots{sk.data(), sv.data(), spos.data(), DType::kF32, cap, page, dim};
   std::vector<int32_t> resident(host_pages, -1), slot_page(cap, -1), slot_len(cap, 0);
   std::vector<int32_t> table(1 + 1 + 2 * stride, -7), fetch(1 + 2 * cap);
@@ -862,6 +878,93 @@ TEST(MapPagesTest, PrefetchPlacesPagesButNotThePendingOneAndWritesNoTable) {
   EXPECT_EQ(resident[13], -1) << "past the prefetch's limit";
   EXPECT_EQ(resident[14], -1);
   EXPECT_EQ(0, std::memcmp(&sk[resident[12] * page_elems], &hk[12 * page_elems], page_elems * 4));
+}
+
+// A map in two calls (MapStage::kPlace, then kCopy with the same arguments) ends where one call
+// ends, normal maps and prefetches alike; between the calls the slots' contents are untouched.
+TEST(MapPagesTest, PlaceThenCopyEqualsOneMap) {
+  auto backend = MakeCpuBackend({.threads = 1});
+  const int page = 4, dim = 8, host_pages = 40, rows = 2, cap = 6, stride = 5;
+  const int64_t page_elems = page * dim;
+  NumberedHostTier tier(host_pages, page, dim);
+  const KvPoolView host = tier.View();
+  // One working set per way of mapping, fed the same selections.
+  struct Side {
+    std::vector<float> sk, sv;
+    std::vector<int32_t> spos, resident, slot_page, slot_len, table, fetch;
+    alignas(8) int32_t counters[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  };
+  Side one, two;
+  for (Side* w : {&one, &two}) {
+    w->sk.assign(rows * cap * page_elems, 0.0f);
+    w->sv.assign(w->sk.size(), 0.0f);
+    w->spos.assign(rows * cap * page, 0);
+    w->resident.assign(host_pages, -1);
+    w->slot_page.assign(rows * cap, -1);
+    w->slot_len.assign(rows * cap, 0);
+    w->table.assign(rows + 1 + 2 * rows * stride, 0);
+    w->fetch.assign(rows * (1 + 2 * cap), 0);
+  }
+  std::vector<int32_t> sel_ids(rows * stride), sel_lens(rows * stride), sel_count(rows);
+  std::vector<int32_t> pending(rows);
+  auto args = [&](Side& w, bool prefetch) {
+    PageMapArgs m;
+    m.sel_ids = Tensor(sel_ids.data(), DType::kI32, {rows, stride});
+    m.sel_lens = Tensor(sel_lens.data(), DType::kI32, {rows, stride});
+    m.sel_count = Tensor(sel_count.data(), DType::kI32, {rows});
+    m.host = host;
+    m.slots =
+        KvPoolView{w.sk.data(), w.sv.data(), w.spos.data(), DType::kF32, rows * cap, page, dim};
+    m.capacity = cap;
+    m.resident = Tensor(w.resident.data(), DType::kI32, {host_pages});
+    m.slot_page = Tensor(w.slot_page.data(), DType::kI32, {rows * cap});
+    m.slot_len = Tensor(w.slot_len.data(), DType::kI32, {rows * cap});
+    m.table = Tensor(w.table.data(), DType::kI32, {static_cast<int64_t>(w.table.size())});
+    m.fetch = Tensor(w.fetch.data(), DType::kI32, {static_cast<int64_t>(w.fetch.size())});
+    m.counters = Tensor(w.counters, DType::kI32, {8});
+    if (prefetch) {
+      m.pending = Tensor(pending.data(), DType::kI32, {rows});
+      m.prefetch_pages = 3;
+    }
+    return m;
+  };
+  std::mt19937 rng(11);
+  for (int step = 0; step < 60; ++step) {
+    for (int r = 0; r < rows; ++r) {
+      std::set<int32_t> chosen;
+      const int n = 1 + static_cast<int>(rng() % stride);
+      while (static_cast<int>(chosen.size()) < n) chosen.insert(r * 20 + rng() % 12);
+      int i = 0;
+      for (int32_t id : chosen) {
+        sel_ids[r * stride + i] = id;
+        sel_lens[r * stride + i++] = 1 + static_cast<int>(rng() % 2) * (page - 1);
+      }
+      sel_count[r] = n;
+      pending[r] = sel_ids[r * stride + rng() % n];
+    }
+    const bool prefetch = step % 2 == 0;
+    backend->MapPages(args(one, prefetch));
+    PageMapArgs m = args(two, prefetch);
+    m.stage = MapStage::kPlace;
+    const std::vector<float> k_before = two.sk, v_before = two.sv;
+    backend->MapPages(m);
+    ASSERT_EQ(two.sk, k_before) << "placing copies nothing, step " << step;
+    ASSERT_EQ(two.sv, v_before);
+    m.stage = MapStage::kCopy;
+    backend->MapPages(m);
+    ASSERT_EQ(two.sk, one.sk) << "step " << step;
+    ASSERT_EQ(two.sv, one.sv);
+    ASSERT_EQ(two.spos, one.spos);
+    ASSERT_EQ(two.resident, one.resident);
+    ASSERT_EQ(two.slot_page, one.slot_page);
+    ASSERT_EQ(two.slot_len, one.slot_len);
+    ASSERT_EQ(two.table, one.table);
+    ASSERT_EQ(std::vector<int32_t>(two.counters, two.counters + 8),
+              std::vector<int32_t>(one.counters, one.counters + 8));
+  }
+  const int64_t* c = reinterpret_cast<const int64_t*>(one.counters);
+  EXPECT_GT(c[1], 0) << "pages were fetched";
+  EXPECT_GT(c[3], 0) << "and prefetched";
 }
 
 // With slot_used, a page the last step listed outlives older ones: the free slots that the

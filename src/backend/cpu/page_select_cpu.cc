@@ -179,7 +179,44 @@ void SelectPagesCpu(const PageSelectArgs& a) {
   }
 }
 
+namespace {
+
+// Copies host page `src` (K, V and positions) into slot page `dst`.
+void CopyPage(const PageMapArgs& a, int64_t src, int64_t dst) {
+  const int64_t page_bytes =
+      static_cast<int64_t>(a.host.page_size) * a.host.head_dim * ElemBytes(a.host.dtype);
+  std::memcpy(static_cast<char*>(a.slots.k) + dst * page_bytes,
+              static_cast<const char*>(a.host.k) + src * page_bytes, page_bytes);
+  std::memcpy(static_cast<char*>(a.slots.v) + dst * page_bytes,
+              static_cast<const char*>(a.host.v) + src * page_bytes, page_bytes);
+  std::memcpy(a.slots.positions + dst * a.host.page_size, a.host.positions + src * a.host.page_size,
+              a.host.page_size * sizeof(int32_t));
+}
+
+// MapStage::kCopy: the copies that a kPlace map listed in `fetch` (count, then source/slot
+// pairs per row), as the CUDA fetch kernel makes them: entries out of range are skipped.
+void CopyListed(const PageMapArgs& a) {
+  const int rows = static_cast<int>(a.sel_ids.dim(0));
+  const int64_t width = 1 + 2 * static_cast<int64_t>(a.capacity);
+  for (int r = 0; r < rows; ++r) {
+    const int32_t* fetch = a.fetch.data_as<const int32_t>() + r * width;
+    const int n = std::clamp(fetch[0], 0, a.capacity);
+    for (int c = 0; c < n; ++c) {
+      const int32_t src = fetch[1 + 2 * c], dst = fetch[2 + 2 * c];
+      if (src >= 0 && src < a.host.num_pages && dst >= 0 && dst < a.slots.num_pages) {
+        CopyPage(a, src, dst);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void MapPagesCpu(const PageMapArgs& a) {
+  if (a.stage == MapStage::kCopy) {
+    CopyListed(a);
+    return;
+  }
   const int rows = static_cast<int>(a.sel_ids.dim(0));
   const int stride = static_cast<int>(a.sel_ids.dim(1));
   const int cap = a.capacity;
@@ -190,8 +227,6 @@ void MapPagesCpu(const PageMapArgs& a) {
   int32_t* indices = indptr + rows + 1;
   int32_t* table_lens = indices + static_cast<int64_t>(rows) * stride;
   int64_t* counters = reinterpret_cast<int64_t*>(a.counters.data());
-  const int64_t page_elems = static_cast<int64_t>(a.host.page_size) * a.host.head_dim;
-  const int64_t page_bytes = page_elems * ElemBytes(a.host.dtype);
   // Prefetch mode: each row's pending page is left out, and nothing but the slots changes.
   const int32_t* pending = a.pending.empty() ? nullptr : a.pending.data_as<const int32_t>();
   int32_t* used = a.slot_used.empty() ? nullptr : a.slot_used.data_as<int32_t>();
@@ -243,14 +278,15 @@ void MapPagesCpu(const PageMapArgs& a) {
       slot_of[i] = s;
       copies.push_back(i);
     }
-    for (int i : copies) {
-      const int64_t src = ids[i], dst = slot_of[i];
-      std::memcpy(static_cast<char*>(a.slots.k) + dst * page_bytes,
-                  static_cast<const char*>(a.host.k) + src * page_bytes, page_bytes);
-      std::memcpy(static_cast<char*>(a.slots.v) + dst * page_bytes,
-                  static_cast<const char*>(a.host.v) + src * page_bytes, page_bytes);
-      std::memcpy(a.slots.positions + dst * a.host.page_size,
-                  a.host.positions + src * a.host.page_size, a.host.page_size * sizeof(int32_t));
+    if (a.stage == MapStage::kPlace) {
+      int32_t* fetch = a.fetch.data_as<int32_t>() + r * (1 + 2 * static_cast<int64_t>(cap));
+      fetch[0] = static_cast<int32_t>(copies.size());
+      for (size_t c = 0; c < copies.size(); ++c) {
+        fetch[1 + 2 * c] = ids[copies[c]];
+        fetch[2 + 2 * c] = slot_of[copies[c]];
+      }
+    } else {
+      for (int i : copies) CopyPage(a, ids[i], slot_of[i]);
     }
     if (pending != nullptr) {
       counters[3] += static_cast<int64_t>(copies.size());

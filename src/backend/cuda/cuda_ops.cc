@@ -425,6 +425,7 @@ kernels::PageMapParams CudaBackend::MapParams(const PageMapArgs& args) {
     p.slot_used = args.slot_used.data_as<int32_t>();
   }
   p.clock = args.clock;
+  p.stage = static_cast<int>(args.stage);
   if (!args.pending.empty()) {
     OnDevice(args.pending);
     p.pending = args.pending.data_as<const int32_t>();

@@ -53,6 +53,10 @@ void SideTiming::Read(Marks& m) {
 }
 
 void SideTiming::Begin(CUstream_st* main) {
+  if (open_ >= 0 && marks_[static_cast<size_t>(open_)].stage == 2) {
+    marks_[static_cast<size_t>(open_)].stage = 1;  // more side work before the same join
+    return;
+  }
   Marks& m = marks_[static_cast<size_t>(next_)];
   Read(m);
   open_ = -1;

@@ -2,7 +2,8 @@
 // docs/PERF.md): each stretch of side work, from BeginSideWork to the JoinSideWork that orders
 // the main stream after it, gets four timing events: the main stream at the begin, the side
 // stream at its end, the main stream reaching the join, and the main stream going on after it.
-// Read lazily (a ring of stretches; a slot is read before it is reused) and summarized, as
+// Stretches queued before one join count as one, from the first begin to the last end. Read
+// lazily (a ring of stretches; a slot is read before it is reused) and summarized, as
 // medians, when the backend goes.
 #pragma once
 

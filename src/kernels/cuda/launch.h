@@ -153,6 +153,9 @@ struct PageMapParams {
   int prefetch_pages = 0;        // prefetch mode: entries placed per row (0: all)
   int32_t* slot_used = nullptr;  // optional: the clock of each slot's last listing
   int32_t clock = 0;
+  // Read on the host: 0 places and copies, 1 only places (the copies listed in `fetch`), 2 only
+  // copies what `fetch` lists (PageMapArgs::stage); the same for every entry of a batch.
+  int stage = 0;
 };
 int LaunchMapPages(Stream s, const PageMapParams& p);
 int LaunchMapPagesBatch(Stream s, const ParamBatch<PageMapParams>& b);

@@ -1002,10 +1002,16 @@ int MapPagesOver(Stream s, const ParamBatch<PageMapParams, N>& b) {
   }
   if (rows == 0) return 0;
   if (smem > 48 * 1024) return static_cast<int>(cudaErrorInvalidValue);
+  const int stage = b.p[0].stage;
+  for (int i = 1; i < b.n; ++i) {
+    if (b.p[i].stage != stage) return static_cast<int>(cudaErrorInvalidValue);
+  }
   const unsigned z = static_cast<unsigned>(b.n);
-  AssignKernel<N><<<dim3(static_cast<unsigned>(rows), 1, z), kMapThreads, smem, s>>>(b);
-  const int e = LastError();
-  if (e != 0) return e;
+  if (stage != 2) {
+    AssignKernel<N><<<dim3(static_cast<unsigned>(rows), 1, z), kMapThreads, smem, s>>>(b);
+    const int e = LastError();
+    if (e != 0 || stage == 1) return e;
+  }
   const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(rows), z);
   // Bulk copies need pages of whole 16-byte words that fit shared memory twice (K and V).
   int64_t page_bytes = 0;
