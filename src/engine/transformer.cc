@@ -120,6 +120,10 @@ Status Transformer::AllocateWorkspace(int max_seqs, int64_t pool_capacity) {
   ICECACHE_ASSIGN_OR_RETURN(logits_, b.Allocate(DType::kF32, {n, c.vocab}));
   ICECACHE_ASSIGN_OR_RETURN(qe_xn_, b.Allocate(act, {max_seqs, c.hidden}));
   ICECACHE_ASSIGN_OR_RETURN(qe_, b.Allocate(act, {max_seqs, c.n_heads, c.head_dim}));
+  if (prefetch_early_) {
+    ICECACHE_ASSIGN_OR_RETURN(qe_attn_,
+                              b.Allocate(act, {int64_t{c.n_layers} * max_seqs, c.hidden}));
+  }
 
   std::vector<float> inv_freq(c.head_dim / 2);
   ComputeRopeInvFreq(c, inv_freq.data());
@@ -309,10 +313,16 @@ Status Transformer::QueuePrefetch(int layer, int64_t n, const Tensor& pos_t,
   Backend& b = *backend_;
   const LayerWeights& lw = w_.layers[layer];
   const Tensor xn = qe_xn_.Slice(0, n), q = qe_.Slice(0, n);
-  // The residual stream after the previous layer's attention (before it, with
-  // ICECACHE_PREFETCH_EARLY), normalized as `layer` will normalize its input. Read on the main
-  // stream: the next layer updates x in place.
-  b.RmsNorm(x_.Slice(0, n), lw.attn_norm, c.norm_eps, xn);
+  // The residual stream after the previous layer's attention, normalized as `layer` will
+  // normalize its input. With ICECACHE_PREFETCH_EARLY, the stream before that attention plus
+  // its output of the last step (much closer to this step's than nothing): the kept rows take
+  // the sum (LayerOut overwrites them later in this step). Read on the main stream: the
+  // previous layer updates x in place.
+  if (const Tensor kept = KeptAttnOut(layer - 1, n); !kept.empty()) {
+    b.AddRmsNorm(x_.Slice(0, n), kept, lw.attn_norm, c.norm_eps, xn);
+  } else {
+    b.RmsNorm(x_.Slice(0, n), lw.attn_norm, c.norm_eps, xn);
+  }
   b.BeginSideWork();
   b.MatMul(xn, lw.wq, lw.bq.empty() ? nullptr : &lw.bq, q.Reshape({n, c.q_dim()}));
   if (!lw.q_norm.empty()) {
@@ -323,6 +333,12 @@ Status Transformer::QueuePrefetch(int layer, int64_t n, const Tensor& pos_t,
   const Status st = attention.Prefetch(layer, q, defer_copy);
   b.EndSideWork();
   return st;
+}
+
+Tensor Transformer::KeptAttnOut(int l, int64_t n) const {
+  if (qe_attn_.empty() || l < 0 || n > max_seqs_) return Tensor();
+  const int64_t first = static_cast<int64_t>(l) * max_seqs_;
+  return qe_attn_.Slice(first, first + n);
 }
 
 Transformer::Rows Transformer::RowsOf(TokenRange r) const {
@@ -364,13 +380,14 @@ void Transformer::LayerIn(int l, TokenRange r, const Rows& t, const Tensor& pos_
   b.RopeWriteKv(inv_freq_, t.q, KvWriteArgs{t.k, t.v, slots, pos_t.Slice(r.begin, r.end), pool});
 }
 
-void Transformer::LayerOut(int l, const Rows& t) {
+void Transformer::LayerOut(int l, const Rows& t, const Tensor& attn_out) {
   const ModelConfig& c = config_;
   Backend& b = *backend_;
   const LayerWeights& lw = w_.layers[l];
   const int64_t n = t.attn.dim(0);
-  b.MatMul(t.attn.Reshape({n, c.q_dim()}), lw.wo, nullptr, t.xn);
-  b.AddRmsNorm(t.xn, t.x, lw.ffn_norm, c.norm_eps, t.xn);
+  const Tensor& out = attn_out.empty() ? t.xn : attn_out;
+  b.MatMul(t.attn.Reshape({n, c.q_dim()}), lw.wo, nullptr, out);
+  b.AddRmsNorm(out, t.x, lw.ffn_norm, c.norm_eps, t.xn);
 }
 
 void Transformer::LayerMlp(int l, const Rows& t) {
@@ -448,7 +465,7 @@ Status Transformer::RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows,
       ICECACHE_RETURN_IF_ERROR(st);
     }
     ICECACHE_RETURN_IF_ERROR(attended);
-    LayerOut(l, all_rows);
+    LayerOut(l, all_rows, KeptAttnOut(l, n));
     if (prefetch && !prefetch_early_) {
       ICECACHE_RETURN_IF_ERROR(QueuePrefetch(l + 1, n, pos_t, attention, /*defer_copy=*/false));
     }

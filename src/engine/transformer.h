@@ -115,7 +115,8 @@ class Transformer {
   // (norm, projections, RoPE, K/V written into `pool`); from the attention's output to the MLP's
   // input (output projection, residual, norm); the MLP.
   void LayerIn(int l, TokenRange r, const Rows& t, const Tensor& pos_t, const KvPoolView& pool);
-  void LayerOut(int l, const Rows& t);
+  // `attn_out`: where the output projection goes (rows of qe_attn_ to keep it), or empty: t.xn.
+  void LayerOut(int l, const Rows& t, const Tensor& attn_out = Tensor());
   void LayerMlp(int l, const Rows& t);
   // Queues the early query estimate of `layer` for the step's `n` tokens and the strategy's
   // prefetch from it as side work (LayerAttention::Prefetch).
@@ -130,7 +131,8 @@ class Transformer {
   // halves of the batch, the second as side work (RunLayers). Off until measured on a GPU.
   bool halves_ = false;
   // ICECACHE_PREFETCH_EARLY=1: a layer's prefetch chooses and places its pages before the layer
-  // before it attends (from the residual stream before that attention) rather than after, so
+  // before it attends (from the residual stream before that attention, plus that attention's
+  // output of the last step: qe_attn_) rather than after, so
   // that this side work has that layer's attention as well as its MLP to hide behind; its
   // copies wait for that attention, whose fetch would share the host link with them. Off until
   // measured on a GPU.
@@ -141,6 +143,12 @@ class Transformer {
   Tensor x_, xn_, q_, k_, v_, attn_, gate_, up_, logits_, logits_in_;
   // The next layer's early query estimate (LayerAttention::Prefetch), one row per sequence.
   Tensor qe_xn_, qe_;
+  // With ICECACHE_PREFETCH_EARLY: each layer's attention output (after the output projection)
+  // of the last decode step, [n_layers * max_seqs, hidden], row (l, token) at l * max_seqs +
+  // token; the early estimate adds it to the residual stream (QueuePrefetch). Empty otherwise.
+  Tensor qe_attn_;
+  // Layer l's rows of qe_attn_ for a step of `n` tokens, or empty when it keeps none.
+  Tensor KeptAttnOut(int l, int64_t n) const;
   Tensor inv_freq_;
   // Step inputs, i32: [ids | positions | row_base | rows] (4 x max_tokens), then the K/V slots
   // of every layer ([n_layers][max_tokens][n_kv_heads]). Host staging and backend copy (the

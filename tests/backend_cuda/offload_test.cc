@@ -306,10 +306,11 @@ TEST_F(CudaOffload, BatchHalvesChangeNoToken) {
 
 // ICECACHE_PREFETCH_EARLY=1 (read when the transformer is made) queues each layer's prefetch
 // before the layer before it attends, so that the prefetch's selection and map run as side work
-// beside the main stream's selection, map and attention of another layer; with
-// ICECACHE_PREFETCH_PERCENT=30 it also brings in only the best-ranked 30% of the pages. A race
-// on shared scratch (selection output, copy lists) would show as a difference from the late,
-// whole prefetch.
+// beside the main stream's selection, map and attention of another layer (its copies queued
+// after that attention), from an estimate that adds the layer's kept attention output of the
+// last step; with ICECACHE_PREFETCH_PERCENT=30 it also brings in only the best-ranked 30% of
+// the pages. A race on shared scratch (selection output, copy lists, kept rows) would show as a
+// difference from the late, whole prefetch.
 TEST_F(CudaOffload, EarlyPartialPrefetchChangesNoToken) {
   ExpectSameBatch({}, {{"ICECACHE_PREFETCH_EARLY", "1"}, {"ICECACHE_PREFETCH_PERCENT", "30"}},
                   kSteps, "on");

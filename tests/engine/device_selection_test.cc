@@ -218,7 +218,8 @@ TEST_F(DeviceSelectionTest, PrefetchMovesPagesEarlierAndChangesNothingAttended) 
 
 // The prefetch's A/B switches, read when the engine is made: ICECACHE_PREFETCH_EARLY=1 queues a
 // layer's prefetch before the layer before it attends, with its own selection and copy list, and
-// its copies after that attention (MapStage::kPlace, then kCopy);
+// its copies after that attention (MapStage::kPlace, then kCopy), its estimate from the kept
+// attention output of the last step;
 // ICECACHE_PREFETCH_PERCENT=30 brings in only the best-ranked 30% of the budget's pages. Neither
 // may change what is selected or attended; the partial one prefetches fewer pages.
 TEST_F(DeviceSelectionTest, EarlyOrPartialPrefetchChangesNothingAttended) {
