@@ -49,9 +49,10 @@ room() {  # seconds name
 date -u +"start %Y-%m-%dT%H:%M:%SZ" | tee "$OUT/times.txt"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 
-for var in ICECACHE_FETCH_BULK=0 ICECACHE_FETCH_BULK=1 ICECACHE_PREFETCH_FETCH_BLOCKS=${FEW#0 }; do
+TEST_VARS="ICECACHE_FETCH_BULK=0 ICECACHE_FETCH_BULK=1"
+[[ $FEW != 0 ]] && TEST_VARS+=" ICECACHE_PREFETCH_FETCH_BLOCKS=${FEW#0 }"
+for var in $TEST_VARS; do
   ((SKIP_TESTS)) && break
-  [[ $var == *=0 && $var == ICECACHE_PREFETCH_FETCH_BLOCKS* ]] && continue
   step "CUDA tests of the fetch, $var"
   env "$var" timeout 120 "$TESTBIN" --gtest_color=no --gtest_brief=1 \
     --gtest_filter='CudaPageSelect*:CudaOffload.*' 2>&1 | tail -6

@@ -851,6 +851,14 @@ __device__ __forceinline__ bool FetchEntry(const PageMapParams& p, int row, int 
   return *src >= 0 && *src < p.host_pages && *dst >= 0 && *dst < p.slot_pages;
 }
 
+// The block's threads copy host page `src`'s token positions into slot page `dst`.
+__device__ __forceinline__ void CopyPositions(const PageMapParams& p, int32_t src, int32_t dst) {
+  for (int i = threadIdx.x; i < p.page_size; i += blockDim.x) {
+    p.slot_pos[static_cast<int64_t>(dst) * p.page_size + i] =
+        p.host_pos[static_cast<int64_t>(src) * p.page_size + i];
+  }
+}
+
 // Block (copy, row): copies one fetched page (K, V and positions) from the host tier.
 template <int N>
 __global__ void FetchKernel(const __grid_constant__ ParamBatch<PageMapParams, N> b) {
@@ -869,10 +877,7 @@ __global__ void FetchKernel(const __grid_constant__ ParamBatch<PageMapParams, N>
     dk[i] = sk[i];
     dv[i] = sv[i];
   }
-  for (int i = threadIdx.x; i < p.page_size; i += blockDim.x) {
-    p.slot_pos[static_cast<int64_t>(dst) * p.page_size + i] =
-        p.host_pos[static_cast<int64_t>(src) * p.page_size + i];
-  }
+  CopyPositions(p, src, dst);
 }
 
 // FetchKernel's work with the TMA's bulk copies (ICECACHE_FETCH_BULK=1), one warp per block:
@@ -894,10 +899,7 @@ __global__ void FetchKernelBulk(const __grid_constant__ ParamBatch<PageMapParams
     BulkToShared(buf + bytes, static_cast<const char*>(p.host_v) + int64_t{src} * bytes, bytes,
                  &bar);
   }
-  for (int i = threadIdx.x; i < p.page_size; i += blockDim.x) {
-    p.slot_pos[static_cast<int64_t>(dst) * p.page_size + i] =
-        p.host_pos[static_cast<int64_t>(src) * p.page_size + i];
-  }
+  CopyPositions(p, src, dst);
   if (threadIdx.x == 0) {
     MbarWait(&bar, 0);
     BulkToGlobal(static_cast<char*>(p.slot_k) + int64_t{dst} * bytes, buf, bytes);
@@ -957,10 +959,7 @@ __global__ void __launch_bounds__(kFewThreads)
         }
       }
     }
-    for (int i = threadIdx.x; i < p.page_size; i += blockDim.x) {
-      p.slot_pos[static_cast<int64_t>(dst) * p.page_size + i] =
-          p.host_pos[static_cast<int64_t>(src) * p.page_size + i];
-    }
+    CopyPositions(p, src, dst);
   }
 }
 
