@@ -1,5 +1,6 @@
 #include "engine/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -61,6 +62,7 @@ Result<std::unique_ptr<Transformer>> Transformer::Create(const ModelConfig& conf
   t->max_seqs_ = max_seqs;
   t->halves_ = EnvSwitch("ICECACHE_BATCH_HALVES", false);
   t->prefetch_early_ = EnvSwitch("ICECACHE_PREFETCH_EARLY", false);
+  t->prefetch_stop_ = std::clamp(EnvInt("ICECACHE_PREFETCH_CHAIN_STOP", 0), 0, 2);
   ICECACHE_RETURN_IF_ERROR(t->PrepareWeights(weights));
   ICECACHE_RETURN_IF_ERROR(t->AllocateWorkspace(max_seqs, pool_capacity));
   return t;
@@ -324,13 +326,17 @@ Status Transformer::QueuePrefetch(int layer, int64_t n, const Tensor& pos_t,
     b.RmsNorm(x_.Slice(0, n), lw.attn_norm, c.norm_eps, xn);
   }
   b.BeginSideWork();
+  if (prefetch_stop_ == 1) {
+    b.EndSideWork();
+    return Status::Ok();
+  }
   b.MatMul(xn, lw.wq, lw.bq.empty() ? nullptr : &lw.bq, q.Reshape({n, c.q_dim()}));
   if (!lw.q_norm.empty()) {
     const Tensor qh = q.Reshape({n * c.n_heads, c.head_dim});
     b.RmsNorm(qh, lw.q_norm, c.norm_eps, qh);
   }
   b.Rope(pos_t, inv_freq_, q);
-  const Status st = attention.Prefetch(layer, q, defer_copy);
+  const Status st = prefetch_stop_ == 0 ? attention.Prefetch(layer, q, defer_copy) : Status::Ok();
   b.EndSideWork();
   return st;
 }
@@ -460,7 +466,7 @@ Status Transformer::RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows,
       // fetch: they share the host link with nothing then. Queued even when the attention
       // failed, since the pages are already placed.
       b.BeginSideWork();
-      const Status st = attention.FinishPrefetch(l + 1);
+      const Status st = prefetch_stop_ == 0 ? attention.FinishPrefetch(l + 1) : Status::Ok();
       b.EndSideWork();
       ICECACHE_RETURN_IF_ERROR(st);
     }

@@ -137,6 +137,10 @@ class Transformer {
   // copies wait for that attention, whose fetch would share the host link with them. Off until
   // measured on a GPU.
   bool prefetch_early_ = false;
+  // ICECACHE_PREFETCH_CHAIN_STOP (developer A/B, docs/PERF.md): 0 (default) the whole prefetch;
+  // 1 its forks and joins of side work with nothing in them; 2 also the estimate of the query,
+  // but no selection, map or copy. 1 and 2 bring in no page: they time the chain's parts.
+  int prefetch_stop_ = 0;
   ModelWeights w_;  // prepared for the backend
 
   // Activations (backend memory), sized for max_tokens_.

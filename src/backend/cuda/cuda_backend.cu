@@ -116,8 +116,19 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
   name_ = prop.name;
   num_sms_ = prop.multiProcessorCount;
   total_memory_ = static_cast<int64_t>(prop.totalGlobalMem);
+  // Which of the compute and side streams the block scheduler serves first when both have
+  // blocks waiting: ICECACHE_CUDA_SIDE_PRIORITY 1 (default) the side stream, 0 neither, -1 the
+  // compute stream.
+  int least = 0, greatest = 0;
+  if ((e = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess) {
+    return Internal("cannot read the CUDA stream priorities: " + Err(e));
+  }
+  const int side_first = EnvInt("ICECACHE_CUDA_SIDE_PRIORITY", 1);
+  const int compute_priority = side_first < 0 ? greatest : least;
+  const int side_priority = side_first > 0 ? greatest : least;
   cudaStream_t s = nullptr;
-  if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess) {
+  if ((e = cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, compute_priority)) !=
+      cudaSuccess) {
     return Internal("cannot create a CUDA stream: " + Err(e));
   }
   compute_.reset(s);
@@ -125,9 +136,7 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
     return Internal("cannot create a CUDA stream: " + Err(e));
   }
   copy_.reset(s);
-  int least = 0, greatest = 0;
-  if ((e = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess ||
-      (e = cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest)) != cudaSuccess) {
+  if ((e = cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, side_priority)) != cudaSuccess) {
     return Internal("cannot create a CUDA stream: " + Err(e));
   }
   side_.reset(s);
