@@ -6,9 +6,12 @@
 #   2. 5c: full attention at 32K, batches given by --full-batches (KV on the device);
 #   3. 5a: 128K, batch 1, budget 2048, 64 steps: --kv-prefetch off, the defaults, and on with
 #      ICECACHE_PREFETCH_PERCENT at each of --shares ("" for none); with --early, each share
-#      also with ICECACHE_PREFETCH_EARLY=1 (the prefetch queued before the layer before attends);
+#      also with ICECACHE_PREFETCH_EARLY=1 (the prefetch queued before the layer before attends;
+#      --early-only: only so);
 #      with --few N, each of those above 1% also with ICECACHE_PREFETCH_FETCH_BLOCKS=N (the
-#      prefetch's copies in N blocks; the CUDA tests then also run with it);
+#      prefetch's copies in N blocks; the CUDA tests then also run with it); with --chain, first
+#      the early prefetch at 1% with ICECACHE_PREFETCH_CHAIN_STOP 1 and 2 (its forks and joins
+#      alone, then with the query's estimate), to time the chain's parts against --shares "1";
 #   4. 5c: icecache (budget 256, the defaults) at 32K and batch --ice-batch, for the ratio in
 #      one call (0 skips it);
 #   5. BM_FetchPages with and without the bulk copies, and where the kernel's mode 0 reads below
@@ -16,12 +19,12 @@
 # Each step starts only while --deadline seconds (from the start) leave room for it.
 #
 #   tools/gpu/open_items.sh --bundle FILE [--full-batches "30 32"] [--deadline 560]
-#       [--ice-batch 20] [--shares "100 50 30"] [--early] [--few N] [--slow-gbs 40]
-#       [--skip-tests] [--skip-5a]
+#       [--ice-batch 20] [--shares "100 50 30"] [--early | --early-only] [--few N] [--slow-gbs 40]
+#       [--chain] [--skip-tests] [--skip-5a]
 # On an H100 (80 GB): --full-batches "" --ice-batch 0.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BUNDLE="" FULL_BATCHES="30 32" DEADLINE=560 SLOW_GBS=40 SKIP_5A=0 SKIP_TESTS=0 ICE_BATCH=20 SHARES="100 50 30" EARLY=0 FEW=0
+BUNDLE="" FULL_BATCHES="30 32" DEADLINE=560 SLOW_GBS=40 SKIP_5A=0 SKIP_TESTS=0 ICE_BATCH=20 SHARES="100 50 30" EARLY=0 FEW=0 CHAIN=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) BUNDLE=$2; shift ;;
@@ -33,7 +36,9 @@ while [[ $# -gt 0 ]]; do
     --ice-batch) ICE_BATCH=$2; shift ;;
     --shares) SHARES=$2; shift ;;
     --early) EARLY="0 1" ;;
+    --early-only) EARLY=1 ;;
     --few) FEW="0 $2"; shift ;;
+    --chain) CHAIN=1 ;;
     *) echo "unknown option $1"; exit 2 ;;
   esac
   shift
@@ -72,6 +77,14 @@ done
     --decode 64 --timeout 100 --flags "--kv-prefetch off" off="$BUNDLE"
   OUT=$OUT/5a bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 --budget 2048 \
     --decode 64 --timeout 100 defaults="$BUNDLE"
+  for stop in 1 2; do
+    ((CHAIN)) || break
+    room 90 "the chain's parts, stop $stop" || break
+    ICECACHE_PREFETCH_EARLY=1 ICECACHE_PREFETCH_PERCENT=1 OUT=$OUT/5a-early1-stop$stop \
+      bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 --budget 2048 \
+      --decode 64 --timeout 100 --flags "--kv-prefetch on" \
+      "early1-stop$stop=$BUNDLE@ICECACHE_PREFETCH_CHAIN_STOP=$stop"
+  done
   for pct in $SHARES; do
     for early in $EARLY; do
       for few in $FEW; do
