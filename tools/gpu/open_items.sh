@@ -7,11 +7,9 @@
 #   3. 5a: 128K, batch 1, budget 2048, 64 steps: --kv-prefetch off, the defaults, and on with
 #      ICECACHE_PREFETCH_PERCENT at each of --shares ("" for none); with --early, each share
 #      also with ICECACHE_PREFETCH_EARLY=1 (the prefetch queued before the layer before attends;
-#      --early-only: only so);
-#      with --few N, each of those above 1% also with ICECACHE_PREFETCH_FETCH_BLOCKS=N (the
-#      prefetch's copies in N blocks; the CUDA tests then also run with it); with --chain, first
-#      the early prefetch at 1% with ICECACHE_PREFETCH_CHAIN_STOP 1 and 2 (its forks and joins
-#      alone, then with the query's estimate), to time the chain's parts against --shares "1";
+#      --early-only: only so); with --chain, first the early prefetch at 1% with
+#      ICECACHE_PREFETCH_CHAIN_STOP 1 and 2 (its forks and joins alone, then with the query's
+#      estimate), to time the chain's parts against --shares "1";
 #   4. 5c: icecache (budget 256, the defaults) at 32K and batch --ice-batch, for the ratio in
 #      one call (0 skips it);
 #   5. BM_FetchPages with and without the bulk copies, and where the kernel's mode 0 reads below
@@ -19,12 +17,12 @@
 # Each step starts only while --deadline seconds (from the start) leave room for it.
 #
 #   tools/gpu/open_items.sh --bundle FILE [--full-batches "30 32"] [--deadline 560]
-#       [--ice-batch 20] [--shares "100 50 30"] [--early | --early-only] [--few N] [--slow-gbs 40]
+#       [--ice-batch 20] [--shares "100 50 30"] [--early | --early-only] [--slow-gbs 40]
 #       [--chain] [--skip-tests] [--skip-5a]
 # On an H100 (80 GB): --full-batches "" --ice-batch 0.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BUNDLE="" FULL_BATCHES="30 32" DEADLINE=560 SLOW_GBS=40 SKIP_5A=0 SKIP_TESTS=0 ICE_BATCH=20 SHARES="100 50 30" EARLY=0 FEW=0 CHAIN=0
+BUNDLE="" FULL_BATCHES="30 32" DEADLINE=560 SLOW_GBS=40 SKIP_5A=0 SKIP_TESTS=0 ICE_BATCH=20 SHARES="100 50 30" EARLY=0 CHAIN=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) BUNDLE=$2; shift ;;
@@ -37,7 +35,6 @@ while [[ $# -gt 0 ]]; do
     --shares) SHARES=$2; shift ;;
     --early) EARLY="0 1" ;;
     --early-only) EARLY=1 ;;
-    --few) FEW="0 $2"; shift ;;
     --chain) CHAIN=1 ;;
     *) echo "unknown option $1"; exit 2 ;;
   esac
@@ -54,9 +51,7 @@ room() {  # seconds name
 date -u +"start %Y-%m-%dT%H:%M:%SZ" | tee "$OUT/times.txt"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 
-TEST_VARS="ICECACHE_FETCH_BULK=0 ICECACHE_FETCH_BULK=1"
-[[ $FEW != 0 ]] && TEST_VARS+=" ICECACHE_PREFETCH_FETCH_BLOCKS=${FEW#0 }"
-for var in $TEST_VARS; do
+for var in ICECACHE_FETCH_BULK=0 ICECACHE_FETCH_BULK=1; do
   ((SKIP_TESTS)) && break
   step "CUDA tests of the fetch, $var"
   env "$var" timeout 120 "$TESTBIN" --gtest_color=no --gtest_brief=1 \
@@ -87,17 +82,13 @@ done
   done
   for pct in $SHARES; do
     for early in $EARLY; do
-      for few in $FEW; do
-        ((few > 0 && pct <= 1)) && continue  # a page a list: the copy kernel is moot
-        room 90 "prefetch at $pct percent, early $early, blocks $few" || break 3
-        name=on$pct
-        ((early)) && name=early$pct
-        ((few)) && name=$name-few$few
-        ICECACHE_PREFETCH_EARLY=$early ICECACHE_PREFETCH_FETCH_BLOCKS=$few OUT=$OUT/5a-$name \
-          bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 --budget 2048 \
-          --decode 64 --timeout 100 --flags "--kv-prefetch on" \
-          "$name=$BUNDLE@ICECACHE_PREFETCH_PERCENT=$pct"
-      done
+      room 90 "prefetch at $pct percent, early $early" || break 2
+      name=on$pct
+      ((early)) && name=early$pct
+      ICECACHE_PREFETCH_EARLY=$early OUT=$OUT/5a-$name \
+        bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 --budget 2048 \
+        --decode 64 --timeout 100 --flags "--kv-prefetch on" \
+        "$name=$BUNDLE@ICECACHE_PREFETCH_PERCENT=$pct"
     done
   done
   grep -HE "time per step|^fetch|prefetch  |side work:" "$OUT"/5a*/*.err

@@ -914,60 +914,6 @@ bool FetchBulk() {
   return on;
 }
 
-// FetchKernel's copies for prefetch maps in a few blocks (ICECACHE_PREFETCH_FETCH_BLOCKS=N):
-// block x of N walks entries x, x + N, ... of the rows' copy lists, a page at a time, each
-// thread loading its share of the page's K and V before it stores any, so that a block keeps a
-// whole page in flight over the host link. The side stream has the higher priority, so one
-// block per page would take most multiprocessors ahead of the main stream's matrix products
-// while they wait on host reads; a few blocks leave the others to it.
-constexpr int kFewThreads = 128;
-constexpr int kFewWords = 4;  // 16-byte words of K (and of V) per thread per round
-
-template <int N>
-__global__ void __launch_bounds__(kFewThreads)
-    FetchKernelFew(const __grid_constant__ ParamBatch<PageMapParams, N> b) {
-  const PageMapParams& p = b.p[blockIdx.z];
-  const int64_t entries = static_cast<int64_t>(p.rows) * p.capacity;
-  const int64_t words = static_cast<int64_t>(p.page_size) * p.head_dim * 2 / 16;
-  for (int64_t e = blockIdx.x; e < entries; e += gridDim.x) {
-    int32_t src = 0, dst = 0;
-    // The same for every thread of the block: the loop stays uniform.
-    if (!FetchEntry(p, static_cast<int>(e / p.capacity), static_cast<int>(e % p.capacity), &src,
-                    &dst)) {
-      continue;
-    }
-    const uint4* sk = reinterpret_cast<const uint4*>(p.host_k) + src * words;
-    const uint4* sv = reinterpret_cast<const uint4*>(p.host_v) + src * words;
-    uint4* dk = reinterpret_cast<uint4*>(p.slot_k) + dst * words;
-    uint4* dv = reinterpret_cast<uint4*>(p.slot_v) + dst * words;
-    for (int64_t base = threadIdx.x; base < words; base += kFewWords * kFewThreads) {
-      uint4 k[kFewWords], v[kFewWords];
-#pragma unroll
-      for (int j = 0; j < kFewWords; ++j) {
-        const int64_t i = base + j * kFewThreads;
-        if (i < words) {
-          k[j] = sk[i];
-          v[j] = sv[i];
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kFewWords; ++j) {
-        const int64_t i = base + j * kFewThreads;
-        if (i < words) {
-          dk[i] = k[j];
-          dv[i] = v[j];
-        }
-      }
-    }
-    CopyPositions(p, src, dst);
-  }
-}
-
-int PrefetchFetchBlocks() {
-  static const int n = std::max(0, EnvInt("ICECACHE_PREFETCH_FETCH_BLOCKS", 0));
-  return n;
-}
-
 }  // namespace
 
 int LaunchPageBounds(Stream s, const PageBoundsParams& p) {
@@ -1071,16 +1017,13 @@ int MapPagesOver(Stream s, const ParamBatch<PageMapParams, N>& b) {
   const dim3 grid(static_cast<unsigned>(capacity), static_cast<unsigned>(rows), z);
   // Bulk copies need pages of whole 16-byte words that fit shared memory twice (K and V).
   int64_t page_bytes = 0;
-  bool words = true, prefetch = true;
+  bool words = true;
   for (int i = 0; i < b.n; ++i) {
     const int64_t pb = int64_t{b.p[i].page_size} * b.p[i].head_dim * 2;
     page_bytes = std::max(page_bytes, pb);
     words = words && pb % 16 == 0;
-    prefetch = prefetch && b.p[i].pending != nullptr;
   }
-  if (const int few = PrefetchFetchBlocks(); prefetch && words && few > 0) {
-    FetchKernelFew<N><<<dim3(static_cast<unsigned>(few), 1, z), kFewThreads, 0, s>>>(b);
-  } else if (FetchBulk() && words && 2 * page_bytes <= 48 * 1024) {
+  if (FetchBulk() && words && 2 * page_bytes <= 48 * 1024) {
     FetchKernelBulk<N><<<grid, 32, static_cast<size_t>(2 * page_bytes), s>>>(b);
   } else {
     FetchKernel<N><<<grid, 128, 0, s>>>(b);
