@@ -517,7 +517,9 @@ PageMapArgs DeviceSelection::PrefetchMapArgs(int layer, const WorkingSet& ws) co
 
 void DeviceSelection::Prefetch(int layer, const Tensor& q, const WorkingSet& ws, int percent,
                                bool defer_copy) {
-  backend_->SelectPages(SelectArgs(layer, q, prefetch_picks_));
+  PageSelectArgs s = SelectArgs(layer, q, prefetch_picks_);
+  s.n_heads = static_cast<int>(q.numel() / layout_.head_dim);  // the estimate may hold fewer
+  backend_->SelectPages(s);
   PageMapArgs m = PrefetchMapArgs(layer, ws);
   if (percent < 100) {
     const int budget_pages = (limits_.budget + layout_.page_size - 1) / layout_.page_size;

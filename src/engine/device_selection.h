@@ -83,7 +83,8 @@ class DeviceSelection {
   }
   PageMapArgs MapArgs(int layer, const WorkingSet& ws) const { return MapArgs(layer, ws, picks_); }
   PageTableView Table() const;
-  // Selects `layer`'s pages for an early estimate `q` of its queries and brings them into `ws`
+  // Selects `layer`'s pages for an early estimate `q` of its queries (all query heads, or one
+  // per KV head: each list then ranks by that head alone) and brings them into `ws`
   // (MapPages' prefetch mode: the page the step is still writing is left alone). Select and Map
   // with the real queries follow; they find the prefetched pages resident, and select what they
   // would have selected without it. `percent` < 100: only that share of the pages the budget

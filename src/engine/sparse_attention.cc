@@ -141,7 +141,8 @@ void SparseAttention::EndStep(double step_seconds) {
 }
 
 Status SparseAttention::Prefetch(int layer, const Tensor& q_estimate, bool defer_copy) {
-  const int64_t width = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
+  // Per sequence: all query heads, or fewer (an estimate of one head per KV group).
+  const int64_t width = q_estimate.numel() / q_estimate.dim(0);
   for (size_t i = 0; i < states_.size(); ++i) {
     SequenceState& st = *states_[i];
     if (!SelectsOnDevice(st, layer)) continue;

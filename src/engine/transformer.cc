@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/check.h"
 #include "core/env_switch.h"
 #include "core/process.h"
 #include "model/arch/arch.h"
+#include "model/weight_convert.h"
 
 namespace icecache {
 
@@ -46,6 +48,31 @@ Status PrepareRows(Backend& b, std::span<const Tensor* const> parts, std::span<T
   return Status::Ok();
 }
 
+// One query row per KV group from `host` (a matrix of n_kv * group * head_dim rows, or a vector
+// of as many values), in f32: the group's first head (`mean` false), or the mean of its heads,
+// which gives the group's mean query (the rotation is linear, so it commutes with the mean).
+Result<Tensor> GroupRows(const Tensor& host, int n_kv, int group, int head_dim, bool mean) {
+  if (host.empty()) return Tensor();
+  ICECACHE_ASSIGN_OR_RETURN(Tensor f, ToF32(host));
+  const int64_t cols = f.ndim() == 1 ? 1 : f.dim(1);
+  const int64_t rows = int64_t{n_kv} * head_dim;
+  ICECACHE_ASSIGN_OR_RETURN(Tensor out, Tensor::Host(DType::kF32, {rows, cols}));
+  const float* src = f.data_as<const float>();
+  float* dst = out.data_as<float>();
+  const int heads = mean ? group : 1;
+  for (int g = 0; g < n_kv; ++g) {
+    for (int64_t r = 0; r < head_dim; ++r) {
+      float* o = dst + (int64_t{g} * head_dim + r) * cols;
+      std::fill(o, o + cols, 0.0f);
+      for (int j = 0; j < heads; ++j) {
+        const float* in = src + ((int64_t{g} * group + j) * head_dim + r) * cols;
+        for (int64_t c = 0; c < cols; ++c) o[c] += in[c] / static_cast<float>(heads);
+      }
+    }
+  }
+  return f.ndim() == 1 ? out.Reshape({rows}) : out;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Transformer>> Transformer::Create(const ModelConfig& config,
@@ -63,6 +90,9 @@ Result<std::unique_ptr<Transformer>> Transformer::Create(const ModelConfig& conf
   t->halves_ = EnvSwitch("ICECACHE_BATCH_HALVES", false);
   t->prefetch_early_ = EnvSwitch("ICECACHE_PREFETCH_EARLY", false);
   t->prefetch_stop_ = std::clamp(EnvInt("ICECACHE_PREFETCH_CHAIN_STOP", 0), 0, 2);
+  t->prefetch_heads_ = config.n_heads > config.n_kv_heads
+                           ? std::clamp(EnvInt("ICECACHE_PREFETCH_HEADS", 0), 0, 2)
+                           : 0;
   ICECACHE_RETURN_IF_ERROR(t->PrepareWeights(weights));
   ICECACHE_RETURN_IF_ERROR(t->AllocateWorkspace(max_seqs, pool_capacity));
   return t;
@@ -102,6 +132,20 @@ Status Transformer::PrepareWeights(const ModelWeights& host) {
       ICECACHE_RETURN_IF_ERROR(Prepare(b, *src, dst));
     }
   }
+  if (prefetch_heads_ != 0) {
+    const ModelConfig& c = config_;
+    const bool mean = prefetch_heads_ == 2;
+    const int group = c.n_heads / c.n_kv_heads;
+    wq_est_.resize(host.layers.size());
+    bq_est_.resize(host.layers.size());
+    for (size_t i = 0; i < host.layers.size(); ++i) {
+      const LayerWeights& h = host.layers[i];
+      ICECACHE_ASSIGN_OR_RETURN(Tensor wq, GroupRows(h.wq, c.n_kv_heads, group, c.head_dim, mean));
+      ICECACHE_ASSIGN_OR_RETURN(Tensor bq, GroupRows(h.bq, c.n_kv_heads, group, c.head_dim, mean));
+      ICECACHE_RETURN_IF_ERROR(Prepare(b, wq, &wq_est_[i]));
+      ICECACHE_RETURN_IF_ERROR(Prepare(b, bq, &bq_est_[i]));
+    }
+  }
   return Status::Ok();
 }
 
@@ -122,6 +166,9 @@ Status Transformer::AllocateWorkspace(int max_seqs, int64_t pool_capacity) {
   ICECACHE_ASSIGN_OR_RETURN(logits_, b.Allocate(DType::kF32, {n, c.vocab}));
   ICECACHE_ASSIGN_OR_RETURN(qe_xn_, b.Allocate(act, {max_seqs, c.hidden}));
   ICECACHE_ASSIGN_OR_RETURN(qe_, b.Allocate(act, {max_seqs, c.n_heads, c.head_dim}));
+  if (prefetch_heads_ != 0) {
+    ICECACHE_ASSIGN_OR_RETURN(qe_one_, b.Allocate(act, {max_seqs, c.n_kv_heads, c.head_dim}));
+  }
   if (prefetch_early_) {
     ICECACHE_ASSIGN_OR_RETURN(qe_attn_,
                               b.Allocate(act, {int64_t{c.n_layers} * max_seqs, c.hidden}));
@@ -314,7 +361,11 @@ Status Transformer::QueuePrefetch(int layer, int64_t n, const Tensor& pos_t,
   const ModelConfig& c = config_;
   Backend& b = *backend_;
   const LayerWeights& lw = w_.layers[layer];
-  const Tensor xn = qe_xn_.Slice(0, n), q = qe_.Slice(0, n);
+  const bool one_head = !wq_est_.empty();
+  const Tensor xn = qe_xn_.Slice(0, n), q = (one_head ? qe_one_ : qe_).Slice(0, n);
+  const Tensor& wq = one_head ? wq_est_[layer] : lw.wq;
+  const Tensor& bq = one_head ? bq_est_[layer] : lw.bq;
+  const int heads = one_head ? c.n_kv_heads : c.n_heads;
   // The residual stream after the previous layer's attention, normalized as `layer` will
   // normalize its input. With ICECACHE_PREFETCH_EARLY, the stream before that attention plus
   // its output of the last step (much closer to this step's than nothing): the kept rows take
@@ -330,9 +381,9 @@ Status Transformer::QueuePrefetch(int layer, int64_t n, const Tensor& pos_t,
     b.EndSideWork();
     return Status::Ok();
   }
-  b.MatMul(xn, lw.wq, lw.bq.empty() ? nullptr : &lw.bq, q.Reshape({n, c.q_dim()}));
+  b.MatMul(xn, wq, bq.empty() ? nullptr : &bq, q.Reshape({n, int64_t{heads} * c.head_dim}));
   if (!lw.q_norm.empty()) {
-    const Tensor qh = q.Reshape({n * c.n_heads, c.head_dim});
+    const Tensor qh = q.Reshape({n * heads, c.head_dim});
     b.RmsNorm(qh, lw.q_norm, c.norm_eps, qh);
   }
   b.Rope(pos_t, inv_freq_, q);

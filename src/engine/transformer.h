@@ -141,12 +141,19 @@ class Transformer {
   // 1 its forks and joins of side work with nothing in them; 2 also the estimate of the query,
   // but no selection, map or copy. 1 and 2 bring in no page: they time the chain's parts.
   int prefetch_stop_ = 0;
+  // ICECACHE_PREFETCH_HEADS (developer A/B): the prefetch estimates one query row per KV group
+  // instead of all the group's heads, reading 1/group of the query weights (wq_est_, bq_est_,
+  // prepared only with the switch), and the selection ranks by that row: 1 the group's first
+  // head, 2 the mean of its heads. 0 (default): all heads.
+  int prefetch_heads_ = 0;
+  std::vector<Tensor> wq_est_, bq_est_;
   ModelWeights w_;  // prepared for the backend
 
   // Activations (backend memory), sized for max_tokens_.
   Tensor x_, xn_, q_, k_, v_, attn_, gate_, up_, logits_, logits_in_;
   // The next layer's early query estimate (LayerAttention::Prefetch), one row per sequence.
   Tensor qe_xn_, qe_;
+  Tensor qe_one_;  // with ICECACHE_PREFETCH_HEADS=1: [max_seqs, n_kv_heads, head_dim]
   // With ICECACHE_PREFETCH_EARLY: each layer's attention output (after the output projection)
   // of the last decode step, [n_layers * max_seqs, hidden], row (l, token) at l * max_seqs +
   // token; the early estimate adds it to the residual stream (QueuePrefetch). Empty otherwise.

@@ -233,14 +233,18 @@ TEST_F(DeviceSelectionTest, EarlyOrPartialPrefetchChangesNothingAttended) {
   auto want = (*off)->Score(r);
   auto all = (*whole)->Score(r);
   ASSERT_TRUE(want.ok() && all.ok());
+  // An engine with the prefetch on, made while `vars` are set.
+  auto make_with = [&](std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (const auto& [name, value] : vars) setenv(name, value, 1);
+    auto on = Make(kv, "device", true);
+    for (const auto& v : vars) unsetenv(v.first);
+    return on;
+  };
   for (const char* early : {"0", "1"}) {
     for (const char* percent : {"100", "30"}) {
       SCOPED_TRACE(std::string("early ") + early + ", percent " + percent);
-      setenv("ICECACHE_PREFETCH_EARLY", early, 1);
-      setenv("ICECACHE_PREFETCH_PERCENT", percent, 1);
-      auto on = Make(kv, "device", true);
-      unsetenv("ICECACHE_PREFETCH_EARLY");
-      unsetenv("ICECACHE_PREFETCH_PERCENT");
+      auto on =
+          make_with({{"ICECACHE_PREFETCH_EARLY", early}, {"ICECACHE_PREFETCH_PERCENT", percent}});
       ASSERT_TRUE(on.ok());
       auto got = (*on)->Score(r);
       ASSERT_TRUE(got.ok()) << got.status().message();
@@ -251,6 +255,17 @@ TEST_F(DeviceSelectionTest, EarlyOrPartialPrefetchChangesNothingAttended) {
         EXPECT_LT(got->kv.pages_prefetched, all->kv.pages_prefetched);
       }
     }
+  }
+  // An estimate of one query row per KV group (the model has two heads a group): the first
+  // head's, or the group's mean.
+  for (const char* heads : {"1", "2"}) {
+    SCOPED_TRACE(std::string("early, heads ") + heads);
+    auto on = make_with({{"ICECACHE_PREFETCH_EARLY", "1"}, {"ICECACHE_PREFETCH_HEADS", heads}});
+    ASSERT_TRUE(on.ok());
+    auto got = (*on)->Score(r);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    ExpectSameLogits(*got, *want);
+    EXPECT_GT(got->kv.pages_prefetched, 0.0);
   }
 }
 

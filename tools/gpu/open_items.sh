@@ -9,7 +9,8 @@
 #      also with ICECACHE_PREFETCH_EARLY=1 (the prefetch queued before the layer before attends;
 #      --early-only: only so); with --chain, first the early prefetch at 1% with
 #      ICECACHE_PREFETCH_CHAIN_STOP 1 and 2 (its forks and joins alone, then with the query's
-#      estimate), to time the chain's parts against --shares "1";
+#      estimate) and with ICECACHE_PREFETCH_HEADS=2 (a quarter of the estimate's product), to
+#      time the chain's parts against --shares "1";
 #   4. 5c: icecache (budget 256, the defaults) at 32K and batch --ice-batch, for the ratio in
 #      one call (0 skips it);
 #   5. BM_FetchPages with and without the bulk copies, and where the kernel's mode 0 reads below
@@ -72,13 +73,13 @@ done
     --decode 64 --timeout 100 --flags "--kv-prefetch off" off="$BUNDLE"
   OUT=$OUT/5a bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 --budget 2048 \
     --decode 64 --timeout 100 defaults="$BUNDLE"
-  for stop in 1 2; do
+  for part in CHAIN_STOP=1 CHAIN_STOP=2 HEADS=2; do
     ((CHAIN)) || break
-    room 90 "the chain's parts, stop $stop" || break
-    ICECACHE_PREFETCH_EARLY=1 ICECACHE_PREFETCH_PERCENT=1 OUT=$OUT/5a-early1-stop$stop \
+    room 90 "the chain's parts, $part" || break
+    name=early1-$(echo "${part,,}" | tr -d '_=')
+    ICECACHE_PREFETCH_EARLY=1 ICECACHE_PREFETCH_PERCENT=1 OUT=$OUT/5a-$name \
       bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 --budget 2048 \
-      --decode 64 --timeout 100 --flags "--kv-prefetch on" \
-      "early1-stop$stop=$BUNDLE@ICECACHE_PREFETCH_CHAIN_STOP=$stop"
+      --decode 64 --timeout 100 --flags "--kv-prefetch on" "$name=$BUNDLE@ICECACHE_PREFETCH_$part"
   done
   for pct in $SHARES; do
     for early in $EARLY; do
