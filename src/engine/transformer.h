@@ -153,7 +153,7 @@ class Transformer {
   Tensor x_, xn_, q_, k_, v_, attn_, gate_, up_, logits_, logits_in_;
   // The next layer's early query estimate (LayerAttention::Prefetch), one row per sequence.
   Tensor qe_xn_, qe_;
-  Tensor qe_one_;  // with ICECACHE_PREFETCH_HEADS=1: [max_seqs, n_kv_heads, head_dim]
+  Tensor qe_one_;  // with ICECACHE_PREFETCH_HEADS: [max_seqs, n_kv_heads, head_dim]
   // With ICECACHE_PREFETCH_EARLY: each layer's attention output (after the output projection)
   // of the last decode step, [n_layers * max_seqs, hidden], row (l, token) at l * max_seqs +
   // token; the early estimate adds it to the residual stream (QueuePrefetch). Empty otherwise.
