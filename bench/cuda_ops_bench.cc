@@ -5,7 +5,8 @@
 // of 32K tokens, RMSNorm, and one layer's device-side page selection (SelectPages over Q8_0 mean
 // keys, 8 KV heads of 32K / 128K tokens, budgets 256 and 2048), and one layer's page fetch from
 // pinned host memory against the copy engines' contiguous and page-sized copies, and beside an
-// MLP product as the prefetch runs. Skips (with a message) where no GPU is present.
+// MLP product as the prefetch runs, and the prefetch's chain in parts beside a layer's products.
+// Skips (with a message) where no GPU is present.
 //
 //   build-x/bench/cuda_ops_bench [--benchmark_filter=Attention]
 //
@@ -266,51 +267,62 @@ BENCHMARK(BM_RmsNorm)->Arg(1)->Arg(4096)->UseManualTime()->Unit(benchmark::kMicr
 // holds one full leaf of 16 tokens per 16 positions (in shuffled pool order), ranked by Q8_0 mean
 // keys and their spreads (PageBounds over random keys), with a sink page, a window of 4 pages,
 // and the engine's limits for `budget` tokens (pages_left: twice the budget's pages plus 4).
+struct SelectSetup {
+  static constexpr int kRows = 8, kGroup = 4, kDim = 128, kPage = 16;
+
+  SelectSetup(Backend& b, int64_t context, int budget) : kv(MakeKv(b, context, 1)) {
+    const int sink_pages = 1, window_pages = 4;
+    pages = kv.k.dim(0);
+    const int64_t per_row = pages / kRows;
+    std::vector<int32_t> iota(static_cast<size_t>(pages)), full(static_cast<size_t>(pages), kPage);
+    std::iota(iota.begin(), iota.end(), 0);
+    const KvPoolView pool{kv.k.data(), kv.v.data(), kv.pos.data_as<int32_t>(), DType::kBF16, pages,
+                          kPage,       kDim};
+    PageBoundsArgs bounds{pool, UploadI32(b, iota, {pages}), UploadI32(b, full, {pages}),
+                          UploadI32(b, iota, {pages}),
+                          b.Allocate(kMeanKeyDType, {pages, 1, kDim}).value()};
+    bounds.spread = b.Allocate(DType::kF32, {pages}).value();
+    b.PageBounds(bounds);
+    // The lists: MakeKv's table (row h: its pages in position order); summary row = page id.
+    std::vector<int32_t> ids(static_cast<size_t>(pages)), limits;
+    (void)b.Copy(kv.indices, Tensor(ids.data(), DType::kI32, {pages}));
+    b.Synchronize();
+    const int tokens_left = budget - (sink_pages + window_pages) * kPage;
+    const int pages_left =
+        std::min(2 * budget / kPage + 4 - sink_pages - window_pages, kMaxSelectPicks);
+    for (int r = 0; r < kRows; ++r) {
+      const int count = static_cast<int>(per_row);
+      limits.insert(limits.end(),
+                    {count, sink_pages, count - window_pages, tokens_left, pages_left});
+    }
+    a.q = Random(b, DType::kBF16, {kRows * kGroup * kDim}, 11);
+    a.list_ids = UploadI32(b, ids, {kRows, per_row});
+    a.list_lens = UploadI32(b, full, {kRows, per_row});
+    a.list_rows = UploadI32(b, ids, {kRows, per_row});
+    a.limits = UploadI32(b, limits, {kRows, 5});
+    a.bounds = bounds.bounds;
+    a.spread = bounds.spread;
+    a.scores = b.Allocate(DType::kF32, {kRows, per_row}).value();
+    const int64_t out = 2 * budget / kPage + 8;
+    a.out_ids = b.Allocate(DType::kI32, {kRows, out}).value();
+    a.out_lens = b.Allocate(DType::kI32, {kRows, out}).value();
+    a.out_count = b.Allocate(DType::kI32, {kRows}).value();
+    a.n_heads = kRows * kGroup;
+  }
+
+  PagedKv kv;
+  PageSelectArgs a;
+  int64_t pages = 0;
+};
+
 void BM_SelectPages(benchmark::State& state) {
   Backend* b = Gpu();
   if (b == nullptr) return state.SkipWithError("no GPU");
-  const int64_t context = state.range(0);
-  const int budget = static_cast<int>(state.range(1));
-  const int rows = 8, group = 4, d = 128, ps = 16, sink_pages = 1, window_pages = 4;
-  PagedKv kv = MakeKv(*b, context, 1);
-  const int64_t pages = kv.k.dim(0);
-  const int64_t per_row = pages / rows;
-  std::vector<int32_t> iota(static_cast<size_t>(pages)), full(static_cast<size_t>(pages), ps);
-  std::iota(iota.begin(), iota.end(), 0);
-  const KvPoolView pool{
-      kv.k.data(), kv.v.data(), kv.pos.data_as<int32_t>(), DType::kBF16, pages, ps, d};
-  PageBoundsArgs bounds{pool, UploadI32(*b, iota, {pages}), UploadI32(*b, full, {pages}),
-                        UploadI32(*b, iota, {pages}),
-                        b->Allocate(kMeanKeyDType, {pages, 1, d}).value()};
-  bounds.spread = b->Allocate(DType::kF32, {pages}).value();
-  b->PageBounds(bounds);
-  // The lists: MakeKv's table (row h: its pages in position order); summary row = page id.
-  std::vector<int32_t> ids(static_cast<size_t>(pages)), limits;
-  (void)b->Copy(kv.indices, Tensor(ids.data(), DType::kI32, {pages}));
-  b->Synchronize();
-  const int tokens_left = budget - (sink_pages + window_pages) * ps;
-  const int pages_left = std::min(2 * budget / ps + 4 - sink_pages - window_pages, kMaxSelectPicks);
-  for (int r = 0; r < rows; ++r) {
-    const int count = static_cast<int>(per_row);
-    limits.insert(limits.end(), {count, sink_pages, count - window_pages, tokens_left, pages_left});
-  }
-  PageSelectArgs a;
-  a.q = Random(*b, DType::kBF16, {rows * group * d}, 11);
-  a.list_ids = UploadI32(*b, ids, {rows, per_row});
-  a.list_lens = UploadI32(*b, full, {rows, per_row});
-  a.list_rows = UploadI32(*b, ids, {rows, per_row});
-  a.limits = UploadI32(*b, limits, {rows, 5});
-  a.bounds = bounds.bounds;
-  a.spread = bounds.spread;
-  a.scores = b->Allocate(DType::kF32, {rows, per_row}).value();
-  const int64_t out = 2 * budget / ps + 8;
-  a.out_ids = b->Allocate(DType::kI32, {rows, out}).value();
-  a.out_lens = b->Allocate(DType::kI32, {rows, out}).value();
-  a.out_count = b->Allocate(DType::kI32, {rows}).value();
-  a.n_heads = rows * group;
-  const Timing t = TimeOp(state, *b, 50, [&] { b->SelectPages(a); });
+  SelectSetup sel(*b, state.range(0), static_cast<int>(state.range(1)));
+  const Timing t = TimeOp(state, *b, 50, [&] { b->SelectPages(sel.a); });
   // Bytes: each candidate's list entry (id, length, summary row), mean key and spread.
-  state.counters["GB/s"] = t.Rate(pages * (12.0 + RowBytes(kMeanKeyDType, d) + 4.0), 1e9);
+  state.counters["GB/s"] =
+      t.Rate(sel.pages * (12.0 + RowBytes(kMeanKeyDType, SelectSetup::kDim) + 4.0), 1e9);
 }
 BENCHMARK(BM_SelectPages)
     ->ArgNames({"context", "budget"})
@@ -456,6 +468,54 @@ void BM_FetchBeside(benchmark::State& state) {
 BENCHMARK(BM_FetchBeside)
     ->ArgNames({"mode"})
     ->DenseRange(0, 2)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The prefetch's chain beside the layer it overlaps, to tell which of its parts slows the main
+// stream (docs/PERF.md, "The prefetch's chain alone"). The main stream runs one decode layer's
+// products of the Llama-3.1-8B shape at batch 1 (stacked q/k/v, output, stacked gate/up, down:
+// 436 MB of weights); beside it, as side work forked before them and joined after:
+//   0: nothing (no fork);  1: an empty fork and join;  2: the query estimate's product (4096 x
+//   4096);  3: the product and one layer's SelectPages at 128K, budget 2048;  4: those and a
+//   prefetch map of 8 MiB (FetchSetup);  5: SelectPages alone.
+// Mode n against mode 0 is what that much of the chain costs the layer.
+void BM_ChainBeside(benchmark::State& state) {
+  Backend* b = Gpu();
+  if (b == nullptr) return state.SkipWithError("no GPU");
+  const int mode = static_cast<int>(state.range(0));
+  SelectSetup sel(*b, 131072, 2048);
+  FetchSetup f(*b, true);
+  struct Product {
+    Tensor w, y;
+  };
+  Tensor x = Random(*b, DType::kBF16, {1, 4096}, 1);
+  Tensor x_down = Random(*b, DType::kBF16, {1, 14336}, 2);
+  std::vector<Product> layer;
+  for (const auto& [m, k] :
+       {std::pair<int64_t, int64_t>{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}}) {
+    layer.push_back({Random(*b, DType::kBF16, {m, k}, 3 + layer.size(), 0.02f),
+                     b->Allocate(DType::kBF16, {1, m}).value()});
+  }
+  Tensor wq = Random(*b, DType::kBF16, {4096, 4096}, 9, 0.02f);
+  Tensor q = b->Allocate(DType::kBF16, {1, 4096}).value();
+  const Timing t = TimeOp(state, *b, 20, [&] {
+    if (mode != 0) {
+      b->BeginSideWork();
+      if (mode >= 2 && mode <= 4) b->MatMul(x, wq, nullptr, q);
+      if (mode >= 3) b->SelectPages(sel.a);
+      if (mode == 4) f.Map();
+      b->EndSideWork();
+    }
+    for (const Product& p : layer) {
+      b->MatMul(p.w.dim(1) == 4096 ? x : x_down, p.w, nullptr, p.y);
+    }
+    b->JoinSideWork();
+  });
+  state.counters["GB/s"] = t.Rate(436.0e6, 1e9);  // the layer's weights
+}
+BENCHMARK(BM_ChainBeside)
+    ->ArgNames({"mode"})
+    ->DenseRange(0, 5)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

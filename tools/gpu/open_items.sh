@@ -10,7 +10,8 @@
 #      --early-only: only so); with --chain, first the early prefetch at 1% with
 #      ICECACHE_PREFETCH_CHAIN_STOP 1 and 2 (its forks and joins alone, then with the query's
 #      estimate) and with ICECACHE_PREFETCH_HEADS=2 (a quarter of the estimate's product), to
-#      time the chain's parts against --shares "1";
+#      time the chain's parts against --shares "1", after BM_ChainBeside (the same parts beside
+#      one layer's products, in cuda_ops_bench);
 #   4. 5c: icecache (budget 256, the defaults) at 32K and batch --ice-batch, for the ratio in
 #      one call (0 skips it);
 #   5. BM_FetchPages with and without the bulk copies, and where the kernel's mode 0 reads below
@@ -73,6 +74,11 @@ done
     --decode 64 --timeout 100 --flags "--kv-prefetch off" off="$BUNDLE"
   OUT=$OUT/5a bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 --budget 2048 \
     --decode 64 --timeout 100 defaults="$BUNDLE"
+  ((CHAIN)) && {
+    step "BM_ChainBeside: the prefetch's chain in parts beside a layer's products"
+    timeout 60 "$OPSBENCH" --benchmark_filter=ChainBeside --benchmark_repetitions=3 \
+      --benchmark_report_aggregates_only=true 2>&1 | grep -E "median" | tee "$OUT/chain.txt"
+  }
   for part in CHAIN_STOP=1 CHAIN_STOP=2 HEADS=2; do
     ((CHAIN)) || break
     room 90 "the chain's parts, $part" || break
