@@ -316,6 +316,17 @@ TEST_F(CudaOffload, EarlyPartialPrefetchChangesNoToken) {
                   kSteps, "on");
 }
 
+// ICECACHE_PREFETCH_HEADS=1|2: the early estimate as one query row per KV group (the group's
+// first head, or its mean: a group of one in the selection kernels, weights of their own on the
+// side stream). It changes which pages come early, never a token.
+TEST_F(CudaOffload, OneRowPerGroupPrefetchChangesNoToken) {
+  for (const char* heads : {"1", "2"}) {
+    SCOPED_TRACE(std::string("heads ") + heads);
+    ExpectSameBatch({}, {{"ICECACHE_PREFETCH_EARLY", "1"}, {"ICECACHE_PREFETCH_HEADS", heads}},
+                    kSteps, "on");
+  }
+}
+
 // On a GPU a batch's index updates run beside the next step's device work (--index-update auto):
 // the device reads pages the lists showed while a host thread re-arranges them (insertions and
 // leaf splits of icecache). Every list must still hold every position once with no page leaked
