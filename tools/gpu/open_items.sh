@@ -76,7 +76,7 @@ done
     --decode 64 --timeout 100 defaults="$BUNDLE"
   ((CHAIN)) && {
     step "BM_ChainBeside: the prefetch's chain in parts beside a layer's products"
-    timeout 60 "$OPSBENCH" --benchmark_filter=ChainBeside --benchmark_repetitions=3 \
+    timeout 120 "$OPSBENCH" --benchmark_filter=ChainBeside --benchmark_repetitions=3 \
       --benchmark_report_aggregates_only=true 2>&1 | grep -E "median" | tee "$OUT/chain.txt"
   }
   for part in CHAIN_STOP=1 CHAIN_STOP=2 HEADS=2; do
