@@ -721,6 +721,22 @@ struct NumberedHostTier {
   int pages, page_size, head_dim;
 };
 
+// Row r of a random selection for MapPages: 1 to `stride` distinct pages of [first, first +
+// span), ascending, each holding 1 or `page` tokens, written at ids/lens + r * stride. Returns
+// how many.
+int RandomRow(std::mt19937& rng, int r, int stride, int first, int span, int page,
+              std::vector<int32_t>& ids, std::vector<int32_t>& lens) {
+  std::set<int32_t> chosen;
+  const int n = 1 + static_cast<int>(rng() % stride);
+  while (static_cast<int>(chosen.size()) < n) chosen.insert(first + rng() % span);
+  int i = 0;
+  for (int32_t id : chosen) {
+    ids[r * stride + i] = id;
+    lens[r * stride + i++] = 1 + static_cast<int>(rng() % 2) * (page - 1);
+  }
+  return n;
+}
+
 // MapPages over random selections: slots always hold the selected host pages.
 TEST(MapPagesTest, SlotsHoldTheSelectedPagesAndRepeatsAreHits) {
   auto backend = MakeCpuBackend({.threads = 1});
@@ -761,14 +777,7 @@ TEST(MapPagesTest, SlotsHoldTheSelectedPagesAndRepeatsAreHits) {
   for (int step = 0; step < 40; ++step) {
     // Row r selects distinct pages of its own half of the host pool.
     for (int r = 0; r < rows; ++r) {
-      std::set<int32_t> chosen;
-      const int n = 1 + static_cast<int>(rng() % stride);
-      while (static_cast<int>(chosen.size()) < n) chosen.insert(r * 32 + rng() % 10);
-      int i = 0;
-      for (int32_t id : chosen) {
-        sel_ids[r * stride + i] = id;
-        sel_lens[r * stride + i++] = 1 + static_cast<int>(rng() % 2) * (page - 1);
-      }
+      const int n = RandomRow(rng, r, stride, r * 32, 10, page, sel_ids, sel_lens);
       sel_count[r] = n;
       lookups += n;
     }
@@ -947,14 +956,7 @@ TEST(MapPagesTest, PlaceThenCopyEqualsOneMap) {
   std::mt19937 rng(11);
   for (int step = 0; step < 60; ++step) {
     for (int r = 0; r < rows; ++r) {
-      std::set<int32_t> chosen;
-      const int n = 1 + static_cast<int>(rng() % stride);
-      while (static_cast<int>(chosen.size()) < n) chosen.insert(r * 20 + rng() % 12);
-      int i = 0;
-      for (int32_t id : chosen) {
-        sel_ids[r * stride + i] = id;
-        sel_lens[r * stride + i++] = 1 + static_cast<int>(rng() % 2) * (page - 1);
-      }
+      const int n = RandomRow(rng, r, stride, r * 20, 12, page, sel_ids, sel_lens);
       sel_count[r] = n;
       pending[r] = sel_ids[r * stride + rng() % n];
     }
