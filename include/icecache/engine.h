@@ -52,7 +52,8 @@ struct EngineOptions {
   // for batches (their prefetches queue one after another: a loss on the H200 at batch 8) and on
   // the CPU (where it only adds work); for one sequence it times runs of steps with and without
   // the prefetch, keeps the faster and times them again every 250 steps or so (the choice
-  // changes speed only). "on": always, batches included.
+  // changes speed only), and off for sessions that fetch behind (KvConfig::fetch). "on": always,
+  // batches included.
   std::string kv_prefetch = "auto";
   // Where icecache finds the leaf a token joins when it leaves the recent window: "host" (the
   // index's beam search down its tree, during the index update) or "device" (device-side
@@ -121,16 +122,22 @@ struct KvStats {
   // Tokens attended per (layer, KV head) per step in sparse layers, and in dense layers.
   double tokens_attended = 0;
   double tokens_attended_dense = 0;
-  double context_tokens = 0;    // average sequence length during decode
-  double nodes_visited = 0;     // index nodes / pages / keys scored per (layer, KV head) per step
-  double pages_fetched = 0;     // pages copied into the working set per step for a selection
-  double pages_prefetched = 0;  // pages copied in per step ahead of their layer (--kv-prefetch)
-  int64_t prefetch_steps = 0;   // decode steps that prefetched (of decode_steps)
+  double context_tokens = 0;  // average sequence length during decode
+  double nodes_visited = 0;   // index nodes / pages / keys scored per (layer, KV head) per step
+  double pages_fetched = 0;   // pages copied into the working set per step for a selection
+  // Pages copied in per step ahead of their layer (--kv-prefetch) or behind it (--kv-fetch
+  // behind: the deferred pages, for the next step).
+  double pages_prefetched = 0;
+  // --kv-fetch behind: selected pages per step not attended because they were not resident
+  // (their copies are in pages_prefetched); in the hit rate's denominator.
+  double pages_deferred = 0;
+  int64_t prefetch_steps = 0;  // decode steps that prefetched (of decode_steps)
   // --kv-prefetch auto: the engine's last timing of steps with and without the prefetch (median
   // seconds per step of each side; 0 before one finished).
   double prefetch_probe_on_seconds = 0, prefetch_probe_off_seconds = 0;
   double bytes_fetched = 0;  // bytes copied into the working set per step (both kinds)
-  // Selected pages already resident (prefetched ones included) / pages selected.
+  // Selected pages already resident (prefetched ones included) / pages selected (deferred ones
+  // included).
   double hit_rate = 0;
   // Seconds per step: selection, working-set fetch, attention, the index's update after the
   // step (insertions; it first waits for the step's device work, which it then includes), and

@@ -47,6 +47,13 @@ struct KvConfig {
   // softmax mass, over every key of each (layer, KV head), that falls on the attended tokens.
   // Costs a full attention pass per step on the host; results are in KvStats.
   bool recall = false;
+  // When a decode step's selected pages that are not on the device cross the host link
+  // (device-side selection): "now", before the layer attends (it attends exactly what it
+  // selected); "behind", beside the rest of the step, for the next step: a layer attends its
+  // sink, window and the selected pages already resident, and the others from the next step on
+  // (a step right after a prompt fetches now). Takes the host link off the step's critical path
+  // at a cost in what is attended (docs/ACCURACY.md).
+  std::string fetch = "now";
 
   // Sink and window after resolving the -1 defaults (tokens).
   int ResolvedSink() const;

@@ -158,7 +158,10 @@ void CheckMapPages(const PageMapArgs& args) {
   ICECACHE_CHECK(args.slot_len.numel() == args.slots.num_pages);
   ICECACHE_CHECK(args.table.numel() >= rows + 1 + 2 * rows * stride);
   ICECACHE_CHECK(args.fetch.numel() >= rows * (1 + 2 * int64_t{args.capacity}));
-  ICECACHE_CHECK(args.counters.dtype() == DType::kI32 && args.counters.numel() == 8);
+  ICECACHE_CHECK(args.counters.dtype() == DType::kI32 && args.counters.numel() >= 8);
+  ICECACHE_CHECK(args.defer_limits.empty() ||
+                 (args.counters.numel() >= 10 && args.defer_limits.dtype() == DType::kI32 &&
+                  args.defer_limits.numel() == int64_t{rows} * 5));
   ICECACHE_CHECK(args.pending.empty() ||
                  (args.pending.dtype() == DType::kI32 && args.pending.numel() == rows));
   ICECACHE_CHECK(args.slot_used.empty() || (args.slot_used.dtype() == DType::kI32 &&

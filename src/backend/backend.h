@@ -121,6 +121,12 @@ struct PageSelectArgs {
 // way, except that each row's pending page (the one the step is still writing; -1: none) is
 // neither kept nor copied; no table is written, and the copies are counted as prefetched.
 //
+// Fetch behind (`defer_limits` given, a normal map): the entries between a row's sink and window
+// entries (SelectPages' output order) that are not current in one of the row's slots are
+// deferred: they keep their place in the table with 0 tokens (attention skips them), take no
+// slot and are not copied; a stale copy stays where it is. A prefetch-mode map of the same
+// selection then brings them in, for the next step. Sink and window entries are mapped as usual.
+//
 // A map may run in two calls (`stage`): kPlace does all of the above but the copies, listing
 // them in `fetch`; a later kCopy call with the same arguments makes those copies and changes
 // nothing else. In between, nothing may change the rows' slots, and the copied slots hold stale
@@ -141,8 +147,9 @@ struct PageMapArgs {
   // i32 [rows + 1 + 2 * rows * stride]: indptr | indices (rows * stride) | lens (rows * stride).
   Tensor table;
   Tensor fetch;  // i32 [rows, 1 + 2 * capacity]: scratch (count, then source/slot pairs)
-  // i32 [8], 8-byte aligned: four int64 counters that the call adds to: hits, pages fetched
-  // (stale ones included; hits + fetched = pages listed), tokens listed, pages prefetched.
+  // i32 [8] (with defer_limits, [10]), 8-byte aligned: int64 counters that the call adds to:
+  // hits, pages fetched (stale ones included; hits + fetched + deferred = pages listed), tokens
+  // listed (deferred entries' excluded), pages prefetched, and with defer_limits pages deferred.
   Tensor counters;
   Tensor pending;  // i32 [rows]: prefetch mode (above); empty: a normal map
   // Prefetch mode: only each row's first `prefetch_pages` entries (its sink, then its best-ranked
@@ -153,6 +160,9 @@ struct PageMapArgs {
   // each slot, and this map's clock (a normal map lists each row once per clock value).
   Tensor slot_used;
   int32_t clock = 0;
+  // Optional (empty: fetch now): i32 [rows, 5], the rows' PageSelectArgs::limits (count,
+  // sink_end, window_begin, ...), which say where each row's sink and window entries are.
+  Tensor defer_limits;
 };
 
 // Arguments of Backend::RouteKeys: the leaf each key that left the recent window joins when

@@ -75,6 +75,7 @@ std::string Variant(const EvalArgs& a) {
   if (a.task == "fidelity") add(fmt::format("steps={},gen={}", a.steps, a.gen_tokens));
   if (!a.scorer.empty()) add("scorer=" + a.scorer);
   if (a.max_new_tokens > 0) add(fmt::format("max_new_tokens={}", a.max_new_tokens));
+  if (a.model.kv.fetch != "now") add("fetch=" + a.model.kv.fetch);
   return v;
 }
 

@@ -123,6 +123,13 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
       ->check(NonNegativeInt());
   app.add_option("--kv-dense-layers", kv.dense_layers, "first N layers attend every token")
       ->check(NonNegativeInt());
+  app.add_option("--kv-fetch", kv.fetch,
+                 "device-side selection: when selected pages missing from the device cross the "
+                 "host link: now (before the layer attends: exactly the selected pages) or "
+                 "behind (beside the rest of the step, for the next step: a layer attends its "
+                 "sink, window and the selected pages already resident; faster, less exact)")
+      ->check(CLI::IsMember({"now", "behind"}))
+      ->capture_default_str();
   app.add_flag("--kv-exact", kv.exact,
                "icecache and lychee: bound-pruned search equal to exhaustive scoring (icecache: "
                "by bound; lychee: by exact q.k, its auto search with w 1)");

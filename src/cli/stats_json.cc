@@ -34,6 +34,7 @@ nlohmann::json KvStatsToJson(const KvStats& s) {
       {"nodes_visited", s.nodes_visited},
       {"pages_fetched", s.pages_fetched},
       {"pages_prefetched", s.pages_prefetched},
+      {"pages_deferred", s.pages_deferred},
       {"prefetch_steps", s.prefetch_steps},
       {"prefetch_probe_on_seconds", s.prefetch_probe_on_seconds},
       {"prefetch_probe_off_seconds", s.prefetch_probe_off_seconds},
@@ -136,6 +137,12 @@ std::string KvStatsText(const KvStats& s, double prefill_seconds) {
           "\nprefetch         {:.1f} pages per step brought in ahead of their layer (in the "
           "bytes above), in {} of {} steps",
           s.pages_prefetched, s.prefetch_steps, s.decode_steps);
+    }
+    if (s.pages_deferred > 0) {
+      text += fmt::format(
+          "\nfetch behind     {:.1f} selected pages per step not attended (not resident), "
+          "copied in beside the step for the next one ({:.1f} pages, in the bytes above)",
+          s.pages_deferred, s.pages_prefetched);
     }
     if (s.prefetch_probe_on_seconds > 0) {
       text += fmt::format(

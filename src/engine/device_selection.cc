@@ -50,8 +50,21 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
   ICECACHE_ASSIGN_OR_RETURN(d->slot_used_, backend.Allocate(DType::kI32, {slots}));
   ICECACHE_ASSIGN_OR_RETURN(d->table_,
                             backend.Allocate(DType::kI32, {d->heads_ + 1 + 2 * d->heads_ * out}));
-  ICECACHE_ASSIGN_OR_RETURN(d->counters_, backend.Allocate(DType::kI32, {8}));
-  ICECACHE_ASSIGN_OR_RETURN(d->counters_host_, backend.AllocateStaging(DType::kI32, {8}));
+  ICECACHE_ASSIGN_OR_RETURN(d->counters_, backend.Allocate(DType::kI32, {10}));
+  ICECACHE_ASSIGN_OR_RETURN(d->counters_host_, backend.AllocateStaging(DType::kI32, {10}));
+  d->behind_ = config.fetch == "behind";
+  if (d->behind_) {
+    ICECACHE_ASSIGN_OR_RETURN(d->behind_ids_, backend.Allocate(DType::kI32, {rows, out}));
+    ICECACHE_ASSIGN_OR_RETURN(d->behind_lens_, backend.Allocate(DType::kI32, {rows, out}));
+    ICECACHE_ASSIGN_OR_RETURN(d->behind_count_, backend.Allocate(DType::kI32, {rows}));
+    ICECACHE_ASSIGN_OR_RETURN(
+        d->behind_fetch_,
+        backend.Allocate(DType::kI32, {d->heads_ * (1 + 2 * int64_t{d->capacity_})}));
+    ICECACHE_ASSIGN_OR_RETURN(d->no_pending_, backend.Allocate(DType::kI32, {d->heads_}));
+    const std::vector<int32_t> none(static_cast<size_t>(d->heads_), -1);
+    ICECACHE_RETURN_IF_ERROR(backend.Copy(
+        Tensor(const_cast<int32_t*>(none.data()), DType::kI32, {d->heads_}), d->no_pending_));
+  }
   d->synced_.assign(rows, 0);
   d->seen_stamp_.assign(rows, 0);
   d->planned_nodes_.assign(n_layers, 0);
@@ -325,10 +338,14 @@ Status DeviceSelection::Begin(const KvSequence& seq, int pending, Upload upload)
     rows_handed_out_ = 0;
     ResetResidency();
     std::fill(routed_to_.begin(), routed_to_.end(), 0);
+    last_prepare_decode_ = false;
   }
   last_length_ = seq.length();
   host_view_ = seq.pool().view();
   if (pending > 0) ++clock_;
+  // A start over emptied the working set above (last_prepare_decode_ was cleared with it).
+  defer_step_ = behind_ && pending > 0 && last_prepare_decode_;
+  last_prepare_decode_ = pending > 0;
   int64_t most = 0;
   for (int l = 0; l < layers_; ++l) {
     for (int h = 0; h < heads_; ++h) {
@@ -473,6 +490,37 @@ void DeviceSelection::Select(int layer, const Tensor& q) {
   backend_->SelectPages(SelectArgs(layer, q));
 }
 
+DeviceSelection::Picks DeviceSelection::LayerPicks(int layer) const {
+  if (!behind_) return picks_;
+  const int64_t first = static_cast<int64_t>(layer) * heads_;
+  Picks p = picks_;
+  p.ids = behind_ids_.Slice(first, first + heads_);
+  p.lens = behind_lens_.Slice(first, first + heads_);
+  p.count = behind_count_.Slice(first, first + heads_);
+  return p;
+}
+
+PageMapArgs DeviceSelection::MapArgs(int layer, const WorkingSet& ws) const {
+  PageMapArgs m = MapArgs(layer, ws, LayerPicks(layer));
+  if (defer_step_) {
+    const int64_t first = static_cast<int64_t>(layer) * heads_;
+    m.defer_limits = limits_dev_.Slice(first, first + heads_);
+  }
+  return m;
+}
+
+PageMapArgs DeviceSelection::BehindMapArgs(int layer, const WorkingSet& ws) const {
+  Picks p = LayerPicks(layer);
+  p.fetch = behind_fetch_;
+  PageMapArgs m = MapArgs(layer, ws, p);
+  m.pending = no_pending_;
+  return m;
+}
+
+void DeviceSelection::CopyBehind(int layer, const WorkingSet& ws) {
+  if (defer_step_) backend_->MapPages(BehindMapArgs(layer, ws));
+}
+
 PageMapArgs DeviceSelection::MapArgs(int layer, const WorkingSet& ws, const Picks& picks) const {
   PageMapArgs m;
   m.sel_ids = picks.ids;
@@ -544,7 +592,8 @@ Result<WorkingSetCounters> DeviceSelection::Counters(const KvLayout& layout) {
   w.pages_fetched = c[1];
   w.pages_prefetched = c[3];
   w.bytes_fetched = (c[1] + c[3]) * layout.page_bytes();  // every page that crossed
-  w.lookups = c[0] + c[1];                                // every listed page is a hit or fetched
+  w.pages_deferred = c[4];
+  w.lookups = c[0] + c[1] + c[4];  // every listed page is a hit, fetched or deferred
   w.tokens_listed = c[2];
   return w;
 }
@@ -564,6 +613,11 @@ int64_t DeviceSelection::device_bytes() const {
                           &prefetch_picks_.lens,
                           &prefetch_picks_.count,
                           &prefetch_picks_.fetch,
+                          &behind_ids_,
+                          &behind_lens_,
+                          &behind_count_,
+                          &behind_fetch_,
+                          &no_pending_,
                           &resident_,
                           &slot_page_,
                           &slot_len_,

@@ -79,9 +79,9 @@ class DeviceSelection {
   // The arguments Select and Map pass the backend (for Backend::SelectPagesBatch and
   // MapPagesBatch over a step's sequences), and the page table a map writes.
   PageSelectArgs SelectArgs(int layer, const Tensor& q) const {
-    return SelectArgs(layer, q, picks_);
+    return SelectArgs(layer, q, LayerPicks(layer));
   }
-  PageMapArgs MapArgs(int layer, const WorkingSet& ws) const { return MapArgs(layer, ws, picks_); }
+  PageMapArgs MapArgs(int layer, const WorkingSet& ws) const;
   PageTableView Table() const;
   // Selects `layer`'s pages for an early estimate `q` of its queries (all query heads, or one
   // per KV head: each list then ranks by that head alone) and brings them into `ws`
@@ -94,6 +94,17 @@ class DeviceSelection {
   void Prefetch(int layer, const Tensor& q, const WorkingSet& ws, int percent = 100,
                 bool defer_copy = false);
   void CopyPrefetched(int layer, const WorkingSet& ws);
+
+  // Fetch behind (KvConfig::fetch "behind"): whether this step's maps defer the selected pages
+  // that are not resident (MapPages' defer_limits), decided by each Prepare: every decode step
+  // whose previous Prepare was a decode step's too (the one after a prompt or a start over
+  // fetches now). Then CopyBehind(layer, ws), queued after Map(layer) and before the next
+  // Prepare, brings the deferred pages in (a prefetch-mode map of the same selection, which
+  // keeps its own copy of each layer's picks, so that it may run as side work beside the next
+  // layers' Select and Map).
+  bool defers() const { return defer_step_; }
+  void CopyBehind(int layer, const WorkingSet& ws);
+  PageMapArgs BehindMapArgs(int layer, const WorkingSet& ws) const;
 
   // Insertion routes on the device (--kv-route device, icecache only): from then on, each
   // decode step's Prepare routes the tokens of every loose page (a whole page between a list's
@@ -164,6 +175,12 @@ class DeviceSelection {
   // The step's Select and Map use picks_; Prefetch has its own, so that it may run as side work
   // beside the main stream's Select and Map of another layer.
   Picks picks_, prefetch_picks_;
+  // Fetch behind: the picks of every layer ([layers * heads, ...]: ids, lens, count), which
+  // LayerPicks hands out in place of picks_', and the copy list of CopyBehind; a row of -1s
+  // (no pending page: its map runs after the step's keys are written).
+  bool behind_ = false, defer_step_ = false, last_prepare_decode_ = false;
+  Tensor behind_ids_, behind_lens_, behind_count_, behind_fetch_, no_pending_;
+  Picks LayerPicks(int layer) const;
   Tensor resident_, slot_page_, slot_len_, slot_used_, table_, counters_;
   int32_t clock_ = 0;  // decode steps prepared (PageMapArgs::clock)
   // Host side: mirrors of the uploaded lists ([layers * heads, stride_]: page id, token count,

@@ -632,6 +632,12 @@ Result<std::unique_ptr<SequenceState>> EngineImpl::NewState(const KvConfig* kv) 
   }
   ICECACHE_ASSIGN_OR_RETURN(const bool on_device, SelectsOnDevice(config));
   config.rank = ResolvedRank(config, on_device);
+  if (config.fetch == "behind" && config.policy != "full" && !on_device) {
+    return Unsupported(
+        "--kv-fetch behind: pages are deferred by device-side selection's map, which this "
+        "session does not use (it needs --kv-select device, or auto on a GPU, with quest, "
+        "icecache rank centroid or lychee rank centroid, and no --kv-recall)");
+  }
   auto state = std::make_unique<SequenceState>(pool_.get(), config);
   state->seq.ReserveTokens(info_.context_size);
   ICECACHE_ASSIGN_OR_RETURN(state->index, MakeSequenceIndex(IndexFor(config)));

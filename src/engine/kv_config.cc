@@ -37,6 +37,9 @@ Status KvConfig::Validate() const {
   if (dtype != "auto" && dtype != "f32" && dtype != "f16" && dtype != "bf16") {
     return InvalidArgument("--kv-dtype must be auto, f32, f16 or bf16, not '" + dtype + "'");
   }
+  if (fetch != "now" && fetch != "behind") {
+    return InvalidArgument("--kv-fetch must be now or behind, not '" + fetch + "'");
+  }
   if (policy == "full") return Status::Ok();
   if (budget < 1) return InvalidArgument("--kv-budget must be positive");
   if (sink < -1 || window < -1) return InvalidArgument("--kv-sink and --kv-window must be >= 0");
@@ -86,6 +89,7 @@ std::string KvConfig::Describe() const {
                   std::to_string(ResolvedSink()) + ", window " + std::to_string(ResolvedWindow()) +
                   ", page " + std::to_string(page_size);
   if (dense_layers > 0) d += ", " + std::to_string(dense_layers) + " dense layers";
+  if (fetch == "behind") d += ", fetch behind";
   if ((policy == "icecache" || policy == "lychee") && exact) d += ", exact";
   if (policy == "icecache" && !exact && rank != "auto") d += ", rank " + rank;
   if (policy == "lychee" && rank != "auto") d += ", rank " + rank;

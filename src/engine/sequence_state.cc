@@ -62,6 +62,7 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
     const WorkingSetCounters& a = acct.ws_start;
     s.pages_fetched = static_cast<double>(now.pages_fetched - a.pages_fetched) / steps;
     s.pages_prefetched = static_cast<double>(now.pages_prefetched - a.pages_prefetched) / steps;
+    s.pages_deferred = static_cast<double>(now.pages_deferred - a.pages_deferred) / steps;
     s.bytes_fetched = static_cast<double>(now.bytes_fetched - a.bytes_fetched) / steps;
     const int64_t lookups = now.lookups - a.lookups;
     s.hit_rate = lookups > 0 ? static_cast<double>(now.hits - a.hits) / lookups : 0;

@@ -24,8 +24,14 @@ void SparseAttention::SetBatch(std::span<SequenceState* const> states) {
   states_ = states;
   // Whether this step prefetches is decided once, for all its layers.
   int selecting = 0;
-  for (const SequenceState* st : states_) selecting += st->device_select && st->sparse() ? 1 : 0;
-  step_tuned_ = prefetch_ == PrefetchMode::kAuto && selecting == 1;
+  bool behind = false;
+  for (const SequenceState* st : states_) {
+    selecting += st->device_select && st->sparse() ? 1 : 0;
+    behind = behind || st->kv.fetch == "behind";
+  }
+  // kAuto leaves steps that fetch behind alone: a prefetch is joined before its layer attends,
+  // and with it the copies behind queued before it on the side stream.
+  step_tuned_ = prefetch_ == PrefetchMode::kAuto && selecting == 1 && !behind;
   step_prefetch_ =
       selecting > 0 && (prefetch_ == PrefetchMode::kOn || (step_tuned_ && tuner_.wanted()));
   if (step_prefetch_) {
@@ -251,6 +257,13 @@ void SparseAttention::AttendDeviceSelected(int layer, const Tensor& q, const Ten
   const double t1 = NowSeconds();
   PageTableView table;
   sel.Map(layer, *st.working_set, &table);
+  if (sel.defers()) {
+    // The deferred pages' copies touch only slots the table does not list. In a lane they stay
+    // in it (side work forks from the main stream, not from the lane).
+    if (!in_lanes_) backend_->BeginSideWork();
+    sel.CopyBehind(layer, *st.working_set);
+    if (!in_lanes_) backend_->EndSideWork();
+  }
   if (timed) backend_->Synchronize();
   const double t2 = NowSeconds();
   AttendTable(q, out, token, table, st.working_set->view());
@@ -270,6 +283,7 @@ void SparseAttention::AttendDeviceSelectedBatch(int layer, const Tensor& q, cons
   const int64_t width = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
   select_batch_.clear();
   map_batch_.clear();
+  behind_batch_.clear();
   attend_batch_.clear();
   for (const size_t i : device_selected_) {
     SequenceState& st = *states_[i];
@@ -277,6 +291,7 @@ void SparseAttention::AttendDeviceSelectedBatch(int layer, const Tensor& q, cons
     const int64_t t = static_cast<int64_t>(i);
     select_batch_.push_back(sel.SelectArgs(layer, q.Slice(t, t + 1).Reshape({width})));
     map_batch_.push_back(sel.MapArgs(layer, *st.working_set));
+    if (sel.defers()) behind_batch_.push_back(sel.BehindMapArgs(layer, *st.working_set));
     attend_batch_.push_back(TableArgs(q, out, t, sel.Table(), st.working_set->view()));
     st.acct.nodes += sel.planned_nodes(layer);  // tokens: the device counters
     ++st.acct.sparse_layer_steps;
@@ -285,6 +300,11 @@ void SparseAttention::AttendDeviceSelectedBatch(int layer, const Tensor& q, cons
   backend_->SelectPagesBatch(select_batch_);
   const double t1 = NowSeconds();
   backend_->MapPagesBatch(map_batch_);
+  if (!behind_batch_.empty()) {
+    backend_->BeginSideWork();
+    backend_->MapPagesBatch(behind_batch_);
+    backend_->EndSideWork();
+  }
   const double t2 = NowSeconds();
   backend_->AttentionBatch(attend_batch_);
   const double t3 = NowSeconds();
@@ -301,7 +321,8 @@ void SparseAttention::AttendDeviceSelectedBatch(int layer, const Tensor& q, cons
 bool SparseAttention::AttendsInParts(int layer) const {
   if (states_.empty() || (phase_timing_ && backend_->device() != Device::kCpu)) return false;
   for (const SequenceState* st : states_) {
-    if (st->kv.recall || !SelectsOnDevice(*st, layer)) return false;
+    // A part runs as side work, which does not nest: no copies behind.
+    if (st->kv.recall || !SelectsOnDevice(*st, layer) || st->kv.fetch == "behind") return false;
   }
   return true;
 }
@@ -433,11 +454,13 @@ Status SparseAttention::Attend(int layer, const Tensor& q, const Tensor& out) {
   }
   const bool lanes = device_selected_.size() > 1 && !(phase_timing_ && gpu);
   if (lanes) backend_->BeginLanes();
+  in_lanes_ = lanes;
   for (size_t k = 0; k < device_selected_.size(); ++k) {
     const size_t i = device_selected_[k];
     if (lanes) backend_->Lane(static_cast<int>(k));
     AttendDeviceSelected(layer, q, out, static_cast<int64_t>(i), *states_[i]);
   }
+  in_lanes_ = false;
   if (lanes) backend_->EndLanes();
   return Status::Ok();
 }

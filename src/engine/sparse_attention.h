@@ -13,7 +13,10 @@
 // maps that layer's pages as side work while the current layer computes, so that the real
 // selection finds most of its pages resident (DeviceSelection::Prefetch).
 // In a batch, the sequences that select in backend memory run each phase as one batched op over
-// all of them (Backend::SelectPagesBatch, MapPagesBatch, AttentionBatch).
+// all of them (Backend::SelectPagesBatch, MapPagesBatch, AttentionBatch). With --kv-fetch behind
+// (KvConfig::fetch), a step's map defers the selected pages that are not resident, and their
+// copies run as side work beside the rest of the step (joined at its end), for the next step.
+
 //
 // Otherwise, on a GPU the host tier is pinned host memory (--kv-offload) and the working set is
 // device memory: the policies select on the host from a copy of the layer's queries (one
@@ -110,7 +113,7 @@ class SparseAttention : public LayerAttention {
   std::vector<std::vector<int32_t>> token_slots_;
   std::vector<size_t> device_selected_;  // this layer's sequences that select in backend memory
   std::vector<PageSelectArgs> select_batch_;
-  std::vector<PageMapArgs> map_batch_;
+  std::vector<PageMapArgs> map_batch_, behind_batch_;
   std::vector<AttentionArgs> attend_batch_;
   // Batched ops for several device-selecting sequences (ICECACHE_DEVICE_BATCH=0: one lane each).
   bool batch_ops_ = true;
@@ -134,6 +137,7 @@ class SparseAttention : public LayerAttention {
   // Whether the tuner decides for this step (kAuto, one device-selecting sequence), and whether
   // the step prefetches.
   bool step_tuned_ = false, step_prefetch_ = false;
+  bool in_lanes_ = false;  // AttendDeviceSelected runs in one of the backend's lanes
 };
 
 }  // namespace icecache

@@ -485,6 +485,10 @@ Status Transformer::RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows,
              second_rows = halves ? RowsOf(second) : Rows{};
 
   b.Embed(w_.tok_embd, ids_t, x);
+  // Whether a prefetch for the next layer was queued, to be joined before that layer attends.
+  // Other side work (the attention's copies behind, --kv-fetch behind) is joined only at the
+  // end of the pass, so that it may run beside every layer after its own.
+  bool prefetch_queued = false;
   for (int l = 0; l < c.n_layers; ++l) {
     if (halves && attention.AttendsInParts(l)) {
       LayerIn(l, first, first_rows, pos_t, pool);
@@ -504,9 +508,10 @@ Status Transformer::RunLayers(const ForwardInput& in, int64_t n, int64_t n_rows,
     }
     if (halves) b.JoinSideWork();  // the second half's side work of the layer before
     LayerIn(l, all, all_rows, pos_t, pool);
-    b.JoinSideWork();  // the prefetch for this layer, queued during the last one
+    if (prefetch_queued) b.JoinSideWork();  // the prefetch for this layer, queued last layer
     const bool prefetch =
         !halves && l + 1 < c.n_layers && n <= qe_.dim(0) && attention.WantsPrefetch(l + 1);
+    prefetch_queued = prefetch;
     if (prefetch && prefetch_early_) {
       ICECACHE_RETURN_IF_ERROR(QueuePrefetch(l + 1, n, pos_t, attention, /*defer_copy=*/true));
     }

@@ -23,6 +23,7 @@ struct WorkingSetCounters {
   int64_t hits = 0;              // of which already resident and current
   int64_t pages_fetched = 0;     // pages copied in for a selection
   int64_t pages_prefetched = 0;  // pages copied in ahead of their layer (device selection)
+  int64_t pages_deferred = 0;    // selected pages not attended, copied for the next step
   int64_t bytes_fetched = 0;     // of both
   int64_t rows_gathered = 0;     // single token rows copied (token-level selection)
   int64_t tokens_listed = 0;     // tokens of the mapped pages (kept by device-side selection only)

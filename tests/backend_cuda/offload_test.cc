@@ -9,6 +9,7 @@
 //   steps;
 // - index updates beside the next step's device work keep every token and race with nothing;
 // - a batch's layers run in two halves on two streams (ICECACHE_BATCH_HALVES) change no token;
+// - --kv-fetch behind's copies beside the step change no logit against waiting for them;
 // - sparse policies on a device-resident KV are a clear error.
 #include <gtest/gtest.h>
 
@@ -230,6 +231,50 @@ TEST_F(CudaOffload, PrefetchOnTheSideStreamChangesNoLogit) {
         "fetched, %.1f prefetched, hit rate %.3f\n",
         policy, want->kv.pages_fetched, want->kv.hit_rate, got->kv.pages_fetched,
         got->kv.pages_prefetched, got->kv.hit_rate);
+  }
+}
+
+// --kv-fetch behind: the deferred pages' copies run on the side stream beside the rest of the
+// step, into slots the step's tables do not list. The logits must equal those of the same
+// engine with --kv-timing, which waits for the device (the side stream included) between
+// phases; pages must be deferred and every deferred page copied. Quest and icecache selecting
+// on the device, one sequence.
+TEST_F(CudaOffload, FetchBehindOnTheSideStreamChangesNoLogit) {
+  const EngineOptions base{.context_size = 1024, .synthetic = "tiny"};
+  for (const char* policy : {"quest", "icecache"}) {
+    SCOPED_TRACE(policy);
+    EngineOptions o = base;
+    o.kv.policy = policy;
+    o.kv.budget = 64;
+    o.kv_prefetch = "off";
+    auto now = MakeEngine(o, "cuda", "on");
+    o.kv.fetch = "behind";
+    auto behind = MakeEngine(o, "cuda", "on");
+    o.kv_timing = true;
+    auto waits = MakeEngine(o, "cuda", "on");
+    ASSERT_TRUE(now && behind && waits);
+    const ScoreRequest r = Request(behind->info().vocab);
+    auto want = ScoreWith(*waits, r, nullptr);
+    auto got = ScoreWith(*behind, r, nullptr);
+    auto fetched_now = ScoreWith(*now, r, nullptr);
+    ASSERT_TRUE(want.ok() && got.ok() && fetched_now.ok()) << got.status().message();
+    EXPECT_TRUE(got->kv.device_select);
+    EXPECT_EQ(got->logprobs, want->logprobs);
+    EXPECT_GT(got->kv.pages_deferred, 0.0);
+    EXPECT_DOUBLE_EQ(got->kv.pages_prefetched, got->kv.pages_deferred);
+    EXPECT_LT(got->kv.tokens_attended, fetched_now->kv.tokens_attended);
+    std::printf(
+        "[ %s ] fetch now: %.1f pages fetched per step, %.1f tokens attended; behind: %.1f "
+        "fetched, %.1f deferred, %.1f tokens attended, top-1 equal to now's at %d of %d steps\n",
+        policy, fetched_now->kv.pages_fetched, fetched_now->kv.tokens_attended,
+        got->kv.pages_fetched, got->kv.pages_deferred, got->kv.tokens_attended,
+        [&] {
+          int same = 0;
+          for (size_t i = 0; i < got->top1.size(); ++i)
+            same += got->top1[i] == fetched_now->top1[i];
+          return same;
+        }(),
+        static_cast<int>(got->top1.size()));
   }
 }
 

@@ -14,6 +14,8 @@
 // - PageBounds writes mean keys in Q8_0 to the summary rows its caller names, and SelectPages
 //   reads each entry's summary through its row;
 // - prefetching from early query estimates changes no logit;
+// - fetch behind defers the selected pages that are not resident and copies them in for the next
+//   step (a covering budget still gives full attention);
 // - running a batch's layers in two halves (ICECACHE_BATCH_HALVES) changes no token;
 // - unsupported combinations are clear errors.
 #include <gtest/gtest.h>
@@ -497,7 +499,73 @@ TEST_F(DeviceSelectionTest, CoveringBudgetEqualsFullAttention) {
   ExpectSameLogits(*got, *want);
 }
 
+// --kv-fetch behind with a covering budget: the first decode step after the prompt fetches now,
+// and from then on every selected page is resident when its layer attends (the pages that leave
+// the window were attended in it), so nothing is deferred and the logits are full attention's.
+TEST_F(DeviceSelectionTest, FetchBehindWithACoveringBudgetEqualsFullAttention) {
+  const ScoreRequest r{Tokens(150, 3), Tokens(40, 4), true};
+  KvConfig full;
+  full.page_size = 8;
+  auto dense = Make(full, "auto");
+  KvConfig kv = Quest(512);
+  kv.fetch = "behind";
+  auto device = Make(kv, "device", false);
+  ASSERT_TRUE(dense.ok() && device.ok());
+  auto want = (*dense)->Score(r);
+  auto got = (*device)->Score(r);
+  ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
+  ExpectSameLogits(*got, *want);
+  EXPECT_EQ(got->kv.pages_deferred, 0.0);
+  EXPECT_NE(got->kv.policy.find("fetch behind"), std::string::npos) << got->kv.policy;
+}
+
+// --kv-fetch behind with a small budget: the step after the prompt attends what fetching now
+// attends; later steps defer the selected pages that are not resident (attending fewer tokens)
+// and copy every one of them in behind the step, which then counts them in its bytes.
+TEST_F(DeviceSelectionTest, FetchBehindDefersMissingPagesAndCopiesThemForTheNextStep) {
+  const ScoreRequest r{Tokens(420, 25), Tokens(40, 26), true};
+  for (const char* policy : {"quest", "icecache"}) {
+    SCOPED_TRACE(policy);
+    KvConfig kv = Quest(64);
+    kv.policy = policy;
+    kv.rank = "centroid";
+    auto now = Make(kv, "device", false);
+    kv.fetch = "behind";
+    auto behind = Make(kv, "device", false);
+    ASSERT_TRUE(now.ok() && behind.ok());
+    auto want = (*now)->Score(r);
+    auto got = (*behind)->Score(r);
+    ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
+    ASSERT_EQ(got->logprobs.size(), want->logprobs.size());
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(got->logprobs[i], want->logprobs[i]) << "the prompt and the step after it";
+    }
+    EXPECT_NE(got->logprobs, want->logprobs);
+    EXPECT_EQ(want->kv.pages_deferred, 0.0);
+    EXPECT_GT(got->kv.pages_deferred, 0.0);
+    EXPECT_DOUBLE_EQ(got->kv.pages_prefetched, got->kv.pages_deferred);
+    EXPECT_LT(got->kv.tokens_attended, want->kv.tokens_attended);
+    EXPECT_LT(got->kv.pages_fetched, want->kv.pages_fetched);
+    const int64_t page_bytes = int64_t{2} * 8 * (*behind)->info().head_dim * sizeof(float);
+    EXPECT_NEAR(got->kv.bytes_fetched,
+                (got->kv.pages_fetched + got->kv.pages_prefetched) * page_bytes, 1e-6);
+    EXPECT_GT(got->kv.hit_rate, 0.0);
+    EXPECT_LT(got->kv.hit_rate, 1.0);
+  }
+}
+
 TEST_F(DeviceSelectionTest, UnsupportedCombinationsAreClearErrors) {
+  {
+    KvConfig kv = Quest(64);
+    kv.fetch = "behind";
+    auto engine = Make(kv, "host");
+    ASSERT_TRUE(engine.ok());
+    auto session = (*engine)->NewSession();
+    ASSERT_FALSE(session.ok());
+    EXPECT_NE(session.status().message().find("--kv-fetch behind"), std::string::npos);
+    kv.fetch = "later";
+    EXPECT_FALSE(Make(kv, "device").ok());
+  }
   for (const char* what : {"lychee", "exact", "soft"}) {
     SCOPED_TRACE(what);
     KvConfig kv = Quest(64);
@@ -903,6 +971,127 @@ TEST(MapPagesTest, PrefetchPlacesPagesButNotThePendingOneAndWritesNoTable) {
   EXPECT_EQ(resident[13], -1) << "past the prefetch's limit";
   EXPECT_EQ(resident[14], -1);
   EXPECT_EQ(0, std::memcmp(&sk[resident[12] * page_elems], &hk[12 * page_elems], page_elems * 4));
+}
+
+// Fetch behind (defer_limits): a map lists every selected entry but gives the ones between a
+// row's sink and window that are not current in a slot 0 tokens, without a slot or a copy; the
+// sink and window entries are mapped as usual. A prefetch-mode map of the same selection (no
+// pending page) then brings the deferred pages in, and the next map finds them all current.
+TEST(MapPagesTest, DeferredPagesAreListedEmptyAndCopiedBehind) {
+  auto backend = MakeCpuBackend({.threads = 1});
+  const int page = 4, dim = 8, host_pages = 48, rows = 2, cap = 6, stride = 6;
+  const int64_t page_elems = page * dim;
+  NumberedHostTier tier(host_pages, page, dim);
+  const std::vector<float>& hk = tier.k;
+  std::vector<float> sk(rows * cap * page_elems), sv(sk.size());
+  std::vector<int32_t> spos(rows * cap * page);
+  const KvPoolView host = tier.View();
+  const KvPoolView slots{sk.data(), sv.data(), spos.data(), DType::kF32, rows * cap, page, dim};
+  std::vector<int32_t> resident(host_pages, -1), slot_page(rows * cap, -1), slot_len(rows * cap, 0),
+      slot_used(rows * cap, -1);
+  std::vector<int32_t> table(rows + 1 + 2 * rows * stride), fetch(rows * (1 + 2 * cap));
+  alignas(8) int32_t counters[10] = {};
+  std::vector<int32_t> sel_ids(rows * stride), sel_lens(rows * stride), sel_count(rows);
+  std::vector<int32_t> limits(rows * 5), none(rows, -1);
+  int32_t clock = 1;
+  auto args = [&] {
+    PageMapArgs m;
+    m.sel_ids = Tensor(sel_ids.data(), DType::kI32, {rows, stride});
+    m.sel_lens = Tensor(sel_lens.data(), DType::kI32, {rows, stride});
+    m.sel_count = Tensor(sel_count.data(), DType::kI32, {rows});
+    m.host = host;
+    m.slots = slots;
+    m.capacity = cap;
+    m.resident = Tensor(resident.data(), DType::kI32, {host_pages});
+    m.slot_page = Tensor(slot_page.data(), DType::kI32, {rows * cap});
+    m.slot_len = Tensor(slot_len.data(), DType::kI32, {rows * cap});
+    m.slot_used = Tensor(slot_used.data(), DType::kI32, {rows * cap});
+    m.clock = clock;
+    m.table = Tensor(table.data(), DType::kI32, {static_cast<int64_t>(table.size())});
+    m.fetch = Tensor(fetch.data(), DType::kI32, {static_cast<int64_t>(fetch.size())});
+    m.counters = Tensor(counters, DType::kI32, {10});
+    return m;
+  };
+  const int64_t* c = reinterpret_cast<const int64_t*>(counters);
+  auto current = [&](int r, int i) {
+    const int32_t id = sel_ids[r * stride + i], s = resident[id];
+    return s >= r * cap && s < (r + 1) * cap && slot_page[s] == id &&
+           slot_len[s] == sel_lens[r * stride + i];
+  };
+  std::mt19937 rng(5);
+  int64_t deferred_total = 0;
+  for (int step = 0; step < 50; ++step, ++clock) {
+    std::vector<std::vector<bool>> defer(rows);
+    int64_t deferred = 0, tokens = 0, listed = 0;
+    for (int r = 0; r < rows; ++r) {
+      const int n = RandomRow(rng, r, stride, r * 24, 14, page, sel_ids, sel_lens);
+      sel_count[r] = n;
+      listed += n;
+      // One sink entry, then (with two or more) one window entry at the end: limits count 100,
+      // sink_end 1, window_begin 99.
+      const int window = n >= 2 ? 1 : 0;
+      limits[r * 5 + 0] = 100;
+      limits[r * 5 + 1] = 1;
+      limits[r * 5 + 2] = 100 - window;
+      for (int i = 0; i < n; ++i) {
+        const bool middle = i >= 1 && i < n - window;
+        defer[r].push_back(middle && !current(r, i));
+        deferred += defer[r].back() ? 1 : 0;
+        tokens += defer[r].back() ? 0 : sel_lens[r * stride + i];
+      }
+    }
+    const int64_t before[5] = {c[0], c[1], c[2], c[3], c[4]};
+    PageMapArgs m = args();
+    m.defer_limits = Tensor(limits.data(), DType::kI32, {rows, 5});
+    backend->MapPages(m);
+    EXPECT_EQ(c[4] - before[4], deferred) << "step " << step;
+    EXPECT_EQ(c[2] - before[2], tokens) << "deferred entries list no tokens";
+    EXPECT_EQ(c[0] + c[1] + c[4] - before[0] - before[1] - before[4], listed);
+    for (int r = 0; r < rows; ++r) {
+      ASSERT_EQ(table[r + 1] - table[r], sel_count[r]) << "every entry keeps its place";
+      for (int i = 0; i < sel_count[r]; ++i) {
+        const int32_t s = table[rows + 1 + table[r] + i];
+        const int32_t len = table[rows + 1 + rows * stride + table[r] + i];
+        const int32_t id = sel_ids[r * stride + i];
+        ASSERT_GE(s, r * cap);
+        ASSERT_LT(s, (r + 1) * cap);
+        if (defer[r][i]) {
+          EXPECT_EQ(len, 0);
+          EXPECT_FALSE(current(r, i)) << "a deferred page is not copied";
+        } else {
+          EXPECT_EQ(len, sel_lens[r * stride + i]);
+          EXPECT_EQ(slot_page[s], id);
+          EXPECT_EQ(0, std::memcmp(&sk[s * page_elems], &hk[id * page_elems], page_elems * 4));
+        }
+      }
+    }
+    // The copies behind: every selected page current afterwards, the deferred ones counted as
+    // copied ahead of their next listing.
+    PageMapArgs behind = args();
+    behind.pending = Tensor(none.data(), DType::kI32, {rows});
+    backend->MapPages(behind);
+    EXPECT_EQ(c[3] - before[3], deferred);
+    for (int r = 0; r < rows; ++r) {
+      for (int i = 0; i < sel_count[r]; ++i) {
+        EXPECT_TRUE(current(r, i)) << "step " << step << " row " << r << " entry " << i;
+        const int32_t id = sel_ids[r * stride + i];
+        EXPECT_EQ(
+            0, std::memcmp(&sk[resident[id] * page_elems], &hk[id * page_elems], page_elems * 4));
+      }
+    }
+    deferred_total += deferred;
+    // Every other step, the same selection again: all hits, nothing deferred.
+    if (step % 2 == 1) {
+      const int64_t hits = c[0], deferred_before = c[4];
+      ++clock;
+      PageMapArgs again = args();
+      again.defer_limits = m.defer_limits;
+      backend->MapPages(again);
+      EXPECT_EQ(c[0] - hits, listed);
+      EXPECT_EQ(c[4], deferred_before);
+    }
+  }
+  EXPECT_GT(deferred_total, 0) << "random selections defer pages";
 }
 
 // A map in two calls (MapStage::kPlace, then kCopy with the same arguments) ends where one call

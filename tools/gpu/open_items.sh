@@ -12,6 +12,8 @@
 #      estimate) and with ICECACHE_PREFETCH_HEADS=2 (a quarter of the estimate's product), to
 #      time the chain's parts against --shares "1", after BM_ChainBeside (the same parts beside
 #      one layer's products, in cuda_ops_bench);
+#      With --behind, after the defaults: --kv-fetch behind (prefetch off), the deferred pages'
+#      copies beside the rest of the step (CUDA test CudaOffload.FetchBehind* first);
 #   4. 5c: icecache (budget 256, the defaults) at 32K and batch --ice-batch, for the ratio in
 #      one call (0 skips it);
 #   5. BM_FetchPages with and without the bulk copies, and where the kernel's mode 0 reads below
@@ -20,11 +22,11 @@
 #
 #   tools/gpu/open_items.sh --bundle FILE [--full-batches "30 32"] [--deadline 560]
 #       [--ice-batch 20] [--shares "100 50 30"] [--early | --early-only] [--slow-gbs 40]
-#       [--chain] [--skip-tests] [--skip-5a]
+#       [--chain] [--behind] [--skip-tests] [--skip-5a]
 # On an H100 (80 GB): --full-batches "" --ice-batch 0.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BUNDLE="" FULL_BATCHES="30 32" DEADLINE=560 SLOW_GBS=40 SKIP_5A=0 SKIP_TESTS=0 ICE_BATCH=20 SHARES="100 50 30" EARLY=0 CHAIN=0
+BUNDLE="" FULL_BATCHES="30 32" DEADLINE=560 SLOW_GBS=40 SKIP_5A=0 SKIP_TESTS=0 ICE_BATCH=20 SHARES="100 50 30" EARLY=0 CHAIN=0 BEHIND=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) BUNDLE=$2; shift ;;
@@ -38,6 +40,7 @@ while [[ $# -gt 0 ]]; do
     --early) EARLY="0 1" ;;
     --early-only) EARLY=1 ;;
     --chain) CHAIN=1 ;;
+    --behind) BEHIND=1 ;;
     *) echo "unknown option $1"; exit 2 ;;
   esac
   shift
@@ -57,7 +60,7 @@ for var in ICECACHE_FETCH_BULK=0 ICECACHE_FETCH_BULK=1; do
   ((SKIP_TESTS)) && break
   step "CUDA tests of the fetch, $var"
   env "$var" timeout 120 "$TESTBIN" --gtest_color=no --gtest_brief=1 \
-    --gtest_filter='CudaPageSelect*:CudaOffload.*' 2>&1 | tail -6
+    --gtest_filter='CudaPageSelect*:CudaOffload.*' 2>&1 | grep -E "fetch now|^\[ *(FAILED|OK|PASSED|SKIPPED)|tests ran" | tail -12
   [[ ${PIPESTATUS[0]} -eq 0 ]] || fail "CUDA tests with $var"
 done
 
@@ -74,6 +77,12 @@ done
     --decode 64 --timeout 100 --flags "--kv-prefetch off" off="$BUNDLE"
   OUT=$OUT/5a bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 --budget 2048 \
     --decode 64 --timeout 100 defaults="$BUNDLE"
+  ((BEHIND)) && room 90 "fetch behind" && {
+    step "5a with --kv-fetch behind (prefetch off)"
+    OUT=$OUT/5a-behind bash "$ROOT/tools/gpu/builds_ab.sh" --context 131072 --batch 1 \
+      --budget 2048 --decode 64 --timeout 100 --flags "--kv-prefetch off --kv-fetch behind" \
+      behind="$BUNDLE"
+  }
   ((CHAIN)) && {
     step "BM_ChainBeside: the prefetch's chain in parts beside a layer's products"
     timeout 120 "$OPSBENCH" --benchmark_filter=ChainBeside --benchmark_repetitions=3 \

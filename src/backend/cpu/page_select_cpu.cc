@@ -230,7 +230,10 @@ void MapPagesCpu(const PageMapArgs& a) {
   // Prefetch mode: each row's pending page is left out, and nothing but the slots changes.
   const int32_t* pending = a.pending.empty() ? nullptr : a.pending.data_as<const int32_t>();
   int32_t* used = a.slot_used.empty() ? nullptr : a.slot_used.data_as<int32_t>();
-  std::vector<uint8_t> kept;
+  const int32_t* defer = pending == nullptr && !a.defer_limits.empty()
+                             ? a.defer_limits.data_as<const int32_t>()
+                             : nullptr;
+  std::vector<uint8_t> kept, deferred;
   std::vector<int32_t> slot_of, copies, free_slots;
   if (pending == nullptr) indptr[0] = 0;
   for (int r = 0; r < rows; ++r) {
@@ -242,16 +245,31 @@ void MapPagesCpu(const PageMapArgs& a) {
     const int32_t skip = pending != nullptr ? pending[r] : -1;
     kept.assign(cap, 0);
     slot_of.assign(n, -1);
+    deferred.assign(n, 0);
     copies.clear();
+    // Fetch behind: the entries [lo, hi) between the sink's and the window's may be deferred.
+    int lo = n, hi = n;
+    if (defer != nullptr) {
+      const int32_t* lim = defer + static_cast<int64_t>(r) * 5;
+      lo = std::clamp(lim[1], 0, n);
+      hi = std::max(lo, n - std::clamp(lim[0] - lim[2], 0, n));
+    }
     for (int i = 0; i < n; ++i) {
       const int32_t id = ids[i];
       ICECACHE_CHECK(id >= 0 && id < a.host.num_pages);
       if (id == skip) continue;
       const int32_t s = resident[id];
-      if (s >= base && s < base + cap && slot_page[s] == id) {
+      const bool in_slot = s >= base && s < base + cap && slot_page[s] == id;
+      const bool current = in_slot && slot_len[s] == lens[i];
+      if (!current && i >= lo && i < hi) {
+        deferred[i] = 1;
+        if (in_slot) kept[s - base] = 1;  // a stale copy stays for the copy behind
+        continue;
+      }
+      if (in_slot) {
         slot_of[i] = s;
         kept[s - base] = 1;
-        if (slot_len[s] != lens[i]) {
+        if (!current) {
           copies.push_back(i);  // stale: copied again into its slot
         } else if (pending == nullptr) {
           ++counters[0];
@@ -268,7 +286,7 @@ void MapPagesCpu(const PageMapArgs& a) {
     }
     size_t next_free = 0;
     for (int i = 0; i < n; ++i) {
-      if (slot_of[i] >= 0 || ids[i] == skip) continue;
+      if (slot_of[i] >= 0 || ids[i] == skip || deferred[i]) continue;
       // A free slot exists: n <= capacity.
       const int32_t s = static_cast<int32_t>(base + free_slots[next_free++]);
       const int32_t old = slot_page[s];
@@ -295,6 +313,13 @@ void MapPagesCpu(const PageMapArgs& a) {
     }
     counters[1] += static_cast<int64_t>(copies.size());
     for (int i = 0; i < n; ++i) {
+      if (deferred[i]) {
+        // Listed with no tokens at a slot of the row (attention skips it).
+        indices[indptr[r] + i] = static_cast<int32_t>(base);
+        table_lens[indptr[r] + i] = 0;
+        ++counters[4];
+        continue;
+      }
       counters[2] += lens[i];
       indices[indptr[r] + i] = slot_of[i];
       table_lens[indptr[r] + i] = lens[i];

@@ -425,6 +425,7 @@ kernels::PageMapParams CudaBackend::MapParams(const PageMapArgs& args) {
     p.slot_used = args.slot_used.data_as<int32_t>();
   }
   p.clock = args.clock;
+  if (!args.defer_limits.empty()) p.defer_limits = args.defer_limits.data_as<const int32_t>();
   p.stage = static_cast<int>(args.stage);
   if (!args.pending.empty()) {
     OnDevice(args.pending);

@@ -147,12 +147,14 @@ struct PageMapParams {
   int32_t* slot_len = nullptr;
   int32_t* table = nullptr;                // indptr | indices | lens
   int32_t* fetch = nullptr;                // [rows, 1 + 2 * capacity]
-  unsigned long long* counters = nullptr;  // hits, pages fetched, tokens listed, prefetched
+  unsigned long long* counters = nullptr;  // hits, fetched, tokens, prefetched[, deferred]
   // Prefetch mode (PageMapArgs): each row's page not to touch; nullptr: a normal map.
   const int32_t* pending = nullptr;
   int prefetch_pages = 0;        // prefetch mode: entries placed per row (0: all)
   int32_t* slot_used = nullptr;  // optional: the clock of each slot's last listing
   int32_t clock = 0;
+  // Fetch behind (PageMapArgs::defer_limits): [rows, 5] select limits; nullptr: fetch now.
+  const int32_t* defer_limits = nullptr;
   // Read on the host: 0 places and copies, 1 only places (the copies listed in `fetch`), 2 only
   // copies what `fetch` lists (PageMapArgs::stage); the same for every entry of a batch.
   int stage = 0;

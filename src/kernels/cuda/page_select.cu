@@ -697,7 +697,8 @@ __global__ void __launch_bounds__(kMapThreads)
   int* kept = smem;                        // [capacity]
   int* free_slots = kept + p.capacity;     // [capacity]
   int* slot_of = free_slots + p.capacity;  // [stride]: slot page, or -1 (missing)
-  int* stale = slot_of + p.stride;         // [stride]: 1 when resident but out of date
+  // [stride]: 1 when resident but out of date, 2 when deferred (fetch behind), else 0.
+  int* stale = slot_of + p.stride;
   __shared__ int s_missing, s_copies, s_hits, s_begin, s_tokens;
   const int row = blockIdx.x;
   const int tid = threadIdx.x, lane = tid % 32;
@@ -708,6 +709,13 @@ __global__ void __launch_bounds__(kMapThreads)
   const int32_t* ids = p.sel_ids + static_cast<int64_t>(row) * p.stride;
   const int32_t* lens = p.sel_lens + static_cast<int64_t>(row) * p.stride;
   const int32_t skip = prefetch ? p.pending[row] : -1;  // prefetch: never kept nor copied
+  // Fetch behind: the entries [lo, hi) between the sink's and the window's may be deferred.
+  int lo = n, hi = n;
+  if (!prefetch && p.defer_limits != nullptr) {
+    const int32_t* lim = p.defer_limits + static_cast<int64_t>(row) * 5;
+    lo = min(max(lim[1], 0), n);
+    hi = max(lo, n - min(max(lim[0] - lim[2], 0), n));
+  }
   for (int i = tid; i < p.capacity; i += blockDim.x) kept[i] = 0;
   if (tid == 0) {
     int begin = 0;
@@ -724,10 +732,14 @@ __global__ void __launch_bounds__(kMapThreads)
     stale[i] = 0;
     if (id >= 0 && id < p.host_pages && id != skip) {
       const int32_t r = p.resident[id];
-      if (r >= base && r < base + p.capacity && p.slot_page[r] == id) {
+      const bool in_slot = r >= base && r < base + p.capacity && p.slot_page[r] == id;
+      const bool current = in_slot && p.slot_len[r] == lens[i];
+      if (in_slot) kept[r - base] = 1;  // a deferred stale copy stays for the copy behind
+      if (!current && i >= lo && i < hi) {
+        stale[i] = 2;
+      } else if (in_slot) {
         s = r;
-        kept[r - base] = 1;
-        if (p.slot_len[r] == lens[i]) {
+        if (current) {
           hits += prefetch ? 0 : 1;
         } else {
           stale[i] = 1;
@@ -738,7 +750,7 @@ __global__ void __launch_bounds__(kMapThreads)
   }
   if (hits > 0) atomicAdd(&s_hits, hits);
   int tokens = 0;
-  for (int i = tid; i < n; i += blockDim.x) tokens += lens[i];
+  for (int i = tid; i < n; i += blockDim.x) tokens += stale[i] == 2 ? 0 : lens[i];
   if (tokens > 0) atomicAdd(&s_tokens, tokens);
   __syncthreads();
   int32_t* fetch = p.fetch + static_cast<int64_t>(row) * (1 + 2 * p.capacity);
@@ -775,8 +787,8 @@ __global__ void __launch_bounds__(kMapThreads)
     int missing = 0;
     for (int start = 0; start < n; start += 32) {
       const int i = start + lane;
-      const bool miss =
-          i < n && slot_of[i] < 0 && ids[i] >= 0 && ids[i] < p.host_pages && ids[i] != skip;
+      const bool miss = i < n && slot_of[i] < 0 && stale[i] != 2 && ids[i] >= 0 &&
+                        ids[i] < p.host_pages && ids[i] != skip;
       const unsigned mask = __ballot_sync(0xffffffffu, miss);
       const int k = missing + __popc(mask & ((1u << lane) - 1));
       if (miss && k < count) {
@@ -821,7 +833,15 @@ __global__ void __launch_bounds__(kMapThreads)
   int32_t* indices = p.table + p.rows + 1;
   int32_t* out_lens = indices + static_cast<int64_t>(p.rows) * p.stride;
   const int begin = s_begin;
+  int deferred = 0;
   for (int i = tid; i < n; i += blockDim.x) {
+    if (stale[i] == 2) {
+      // Deferred: listed with no tokens at a slot of the row (attention skips it).
+      indices[begin + i] = static_cast<int32_t>(base);
+      out_lens[begin + i] = 0;
+      ++deferred;
+      continue;
+    }
     const int s = slot_of[i];
     indices[begin + i] = s;
     out_lens[begin + i] = lens[i];
@@ -830,6 +850,7 @@ __global__ void __launch_bounds__(kMapThreads)
       if (p.slot_used != nullptr) p.slot_used[s] = p.clock;
     }
   }
+  if (deferred > 0) atomicAdd(&p.counters[4], static_cast<unsigned long long>(deferred));
   if (tid == 0) {
     if (row == 0) indptr[0] = 0;
     indptr[row + 1] = begin + n;
