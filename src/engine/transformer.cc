@@ -50,8 +50,18 @@ Status PrepareRows(Backend& b, std::span<const Tensor* const> parts, std::span<T
 // One query row per KV group from `host` (a matrix of n_kv * group * head_dim rows, or a vector
 // of as many values), in f32: the group's first head (`mean` false), or the mean of its heads,
 // which gives the group's mean query (the rotation is linear, so it commutes with the mean).
-Result<Tensor> GroupRows(const Tensor& host, int n_kv, int group, int head_dim, bool mean) {
-  if (host.empty()) return Tensor();
+Result<Tensor> GroupRows(Backend& b, const Tensor& weight, int n_kv, int group, int head_dim,
+                         bool mean) {
+  if (weight.empty()) return Tensor();
+  // A synthetic model's weights are made in the backend's memory: read them on the host.
+  Tensor host = weight;
+  if (weight.device() != Device::kCpu) {
+    std::vector<int64_t> shape(weight.ndim());
+    for (int i = 0; i < weight.ndim(); ++i) shape[i] = weight.dim(i);
+    ICECACHE_ASSIGN_OR_RETURN(host, Tensor::Host(weight.dtype(), shape));
+    ICECACHE_RETURN_IF_ERROR(b.Copy(weight, host));
+    b.Synchronize();
+  }
   ICECACHE_ASSIGN_OR_RETURN(Tensor f, ToF32(host));
   const int64_t cols = f.ndim() == 1 ? 1 : f.dim(1);
   const int64_t rows = int64_t{n_kv} * head_dim;
@@ -139,8 +149,10 @@ Status Transformer::PrepareWeights(const ModelWeights& host) {
     bq_est_.resize(host.layers.size());
     for (size_t i = 0; i < host.layers.size(); ++i) {
       const LayerWeights& h = host.layers[i];
-      ICECACHE_ASSIGN_OR_RETURN(Tensor wq, GroupRows(h.wq, c.n_kv_heads, group, c.head_dim, mean));
-      ICECACHE_ASSIGN_OR_RETURN(Tensor bq, GroupRows(h.bq, c.n_kv_heads, group, c.head_dim, mean));
+      ICECACHE_ASSIGN_OR_RETURN(Tensor wq,
+                                GroupRows(b, h.wq, c.n_kv_heads, group, c.head_dim, mean));
+      ICECACHE_ASSIGN_OR_RETURN(Tensor bq,
+                                GroupRows(b, h.bq, c.n_kv_heads, group, c.head_dim, mean));
       ICECACHE_RETURN_IF_ERROR(Prepare(b, wq, &wq_est_[i]));
       ICECACHE_RETURN_IF_ERROR(Prepare(b, bq, &bq_est_[i]));
     }

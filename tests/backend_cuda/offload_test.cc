@@ -263,6 +263,7 @@ TEST_F(CudaOffload, FetchBehindOnTheSideStreamChangesNoLogit) {
     EXPECT_GT(got->kv.pages_deferred, 0.0);
     EXPECT_DOUBLE_EQ(got->kv.pages_prefetched, got->kv.pages_deferred);
     EXPECT_LT(got->kv.tokens_attended, fetched_now->kv.tokens_attended);
+    EXPECT_LT(got->kv.pages_fetched, fetched_now->kv.pages_fetched) << "deferred pages wait";
     std::printf(
         "[ %s ] fetch now: %.1f pages fetched per step, %.1f tokens attended; behind: %.1f "
         "fetched, %.1f deferred, %.1f tokens attended, top-1 equal to now's at %d of %d steps\n",

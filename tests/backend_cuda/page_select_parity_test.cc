@@ -7,6 +7,8 @@
 // queries have one nonzero dimension per head, so q.c is a single product and |q|^2 exact. Scores
 // tie often and the tie-breaking (lower entry first) is checked too. Mean-key scores are also
 // compared bit for bit on random, inexact data (the kernel keeps the CPU's order of operations).
+// MapPages is compared in all its modes: normal, prefetch, in two stages, and deferring the pages
+// that are not current (fetch behind) followed by the copies behind.
 // Then, through the engine on the GPU, quest and icecache selecting on the device against selecting
 // on the host.
 #include <gtest/gtest.h>
@@ -216,8 +218,8 @@ void CheckKernels(int bound_rows) {
   Tensor g_slot_len = I32ToDevice(*gpu, slot_len, {groups * cap});
   std::vector<int32_t> slot_used(groups * cap, -1);
   Tensor g_slot_used = I32ToDevice(*gpu, slot_used, {groups * cap});
-  alignas(8) int32_t c_counters[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  Tensor g_counters = I32ToDevice(*gpu, {0, 0, 0, 0, 0, 0, 0, 0}, {8});
+  alignas(8) int32_t c_counters[10] = {};
+  Tensor g_counters = I32ToDevice(*gpu, std::vector<int32_t>(10, 0), {10});
   const int64_t table_n = rows + 1 + 2 * rows * out_stride;
   std::vector<int32_t> c_table(table_n), c_fetch(rows * (1 + 2 * cap));
   Tensor g_table = gpu->Allocate(DType::kI32, {table_n}).value();
@@ -284,8 +286,13 @@ void CheckKernels(int bound_rows) {
     m.clock = step + 1;
     m.table = Tensor(c_table.data(), DType::kI32, {table_n});
     m.fetch = Tensor(c_fetch.data(), DType::kI32, {static_cast<int64_t>(c_fetch.size())});
-    m.counters = Tensor(c_counters, DType::kI32, {8});
+    m.counters = Tensor(c_counters, DType::kI32, {10});
+    // Every fourth step fetches behind: rows 0 and 1's sink and window entries are mapped, the
+    // others not current in a slot deferred.
+    const bool behind = step % 4 == 2;
+    if (behind) m.defer_limits = testing::I32Tensor(limits, {rows, 5}).Slice(0, rows_mapped);
     PageMapArgs gm = m;
+    if (behind) gm.defer_limits = I32ToDevice(*gpu, limits, {rows, 5}).Slice(0, rows_mapped);
     gm.sel_ids = g.out_ids.Slice(0, rows_mapped);
     gm.sel_lens = g.out_lens.Slice(0, rows_mapped);
     gm.sel_count = g.out_count.Slice(0, rows_mapped);
@@ -323,7 +330,7 @@ void CheckKernels(int bound_rows) {
       EXPECT_EQ(I32ToHost(*gpu, g_resident), resident);
       EXPECT_EQ(I32ToHost(*gpu, g_slot_page), slot_page);
       EXPECT_EQ(I32ToHost(*gpu, g_slot_len), slot_len);
-      EXPECT_EQ(I32ToHost(*gpu, g_counters), std::vector<int32_t>(c_counters, c_counters + 8));
+      EXPECT_EQ(I32ToHost(*gpu, g_counters), std::vector<int32_t>(c_counters, c_counters + 10));
     }
     cpu->MapPages(m);
     gpu_map(gm, step % 3 == 2);
@@ -337,12 +344,38 @@ void CheckKernels(int bound_rows) {
     EXPECT_EQ(I32ToHost(*gpu, g_resident), resident);
     EXPECT_EQ(I32ToHost(*gpu, g_slot_page), slot_page);
     EXPECT_EQ(I32ToHost(*gpu, g_slot_used), slot_used);
-    EXPECT_EQ(I32ToHost(*gpu, g_counters), std::vector<int32_t>(c_counters, c_counters + 8));
+    EXPECT_EQ(I32ToHost(*gpu, g_counters), std::vector<int32_t>(c_counters, c_counters + 10));
+    const std::vector<int32_t> c_lens(
+        c_table.begin() + rows_mapped + 1 + rows_mapped * out_stride,
+        c_table.begin() + rows_mapped + 1 + rows_mapped * out_stride + total);
+    const std::vector<int32_t> g_lens_listed(
+        gt.begin() + rows_mapped + 1 + rows_mapped * out_stride,
+        gt.begin() + rows_mapped + 1 + rows_mapped * out_stride + total);
+    EXPECT_EQ(g_lens_listed, c_lens);
     // The device slots hold what the CPU slots hold, for every mapped slot.
     const std::vector<uint16_t> gk = ToHostU16(*gpu, slots.dk);
     for (int i = 0; i < total; ++i) {
+      if (c_lens[i] == 0) continue;  // a deferred entry: no slot of its own
       const int64_t s0 = int64_t{c_table[rows_mapped + 1 + i]} * kPage * kDim;
       ASSERT_EQ(0, std::memcmp(&gk[s0], &slots.k[s0], kPage * kDim * 2)) << "slot entry " << i;
+    }
+    if (behind) {
+      const int64_t* cc = reinterpret_cast<const int64_t*>(c_counters);
+      EXPECT_GT(cc[4], 0) << "pages were deferred";
+      // The copies behind: a prefetch-mode map of the same selection with no pending page.
+      const std::vector<int32_t> none(rows_mapped, -1);
+      PageMapArgs cb = m, gb = gm;
+      cb.defer_limits = gb.defer_limits = Tensor();
+      cb.pending = testing::I32Tensor(none, {rows_mapped});
+      gb.pending = I32ToDevice(*gpu, none, {rows_mapped});
+      cpu->MapPages(cb);
+      gpu->MapPages(gb);
+      EXPECT_EQ(I32ToHost(*gpu, g_resident), resident);
+      EXPECT_EQ(I32ToHost(*gpu, g_slot_page), slot_page);
+      EXPECT_EQ(I32ToHost(*gpu, g_slot_len), slot_len);
+      EXPECT_EQ(I32ToHost(*gpu, g_counters), std::vector<int32_t>(c_counters, c_counters + 10));
+      const std::vector<uint16_t> gk2 = ToHostU16(*gpu, slots.dk);
+      EXPECT_EQ(gk2, std::vector<uint16_t>(slots.k.begin(), slots.k.end()));
     }
   }
   // Summarizing pages with a residency map marks their resident copies stale, on both.

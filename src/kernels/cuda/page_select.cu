@@ -775,7 +775,7 @@ __global__ void __launch_bounds__(kMapThreads)
     int copies = 0;
     for (int start = 0; start < n; start += 32) {
       const int i = start + lane;
-      const bool st = i < n && stale[i];
+      const bool st = i < n && stale[i] == 1;
       const unsigned mask = __ballot_sync(0xffffffffu, st);
       if (st) {
         const int c = copies + __popc(mask & ((1u << lane) - 1));
