@@ -122,10 +122,11 @@ struct PageSelectArgs {
 // neither kept nor copied; no table is written, and the copies are counted as prefetched.
 //
 // Fetch behind (`defer_limits` given, a normal map): the entries between a row's sink and window
-// entries (SelectPages' output order) that are not current in one of the row's slots are
-// deferred: they keep their place in the table with 0 tokens (attention skips them), take no
-// slot and are not copied; a stale copy stays where it is. A prefetch-mode map of the same
-// selection then brings them in, for the next step. Sink and window entries are mapped as usual.
+// entries (SelectPages' output order), past the first `defer_after` of them, that are not current
+// in one of the row's slots are deferred: they keep their place in the table with 0 tokens
+// (attention skips them), take no slot and are not copied; a stale copy stays where it is. A
+// prefetch-mode map of the same selection then brings them in, for the next step. Sink and window
+// entries are mapped as usual.
 //
 // A map may run in two calls (`stage`): kPlace does all of the above but the copies, listing
 // them in `fetch`; a later kCopy call with the same arguments makes those copies and changes
@@ -163,6 +164,9 @@ struct PageMapArgs {
   // Optional (empty: fetch now): i32 [rows, 5], the rows' PageSelectArgs::limits (count,
   // sink_end, window_begin, ...), which say where each row's sink and window entries are.
   Tensor defer_limits;
+  // With defer_limits: each row's first `defer_after` entries after its sink (its best-ranked
+  // pages) are mapped as usual too; only the rest may be deferred.
+  int defer_after = 0;
 };
 
 // Arguments of Backend::RouteKeys: the leaf each key that left the recent window joins when

@@ -126,8 +126,9 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
   app.add_option("--kv-fetch", kv.fetch,
                  "device-side selection: when selected pages missing from the device cross the "
                  "host link: now (before the layer attends: exactly the selected pages) or "
-                 "behind (beside the rest of the step, for the next step: a layer attends its "
-                 "sink, window and the selected pages already resident; faster, less exact)")
+                 "behind (experimental: beside the rest of the step, for the next step; a "
+                 "layer attends its sink, window and the selected pages already resident, "
+                 "which costs accuracy, docs/ACCURACY.md)")
       ->check(CLI::IsMember({"now", "behind"}))
       ->capture_default_str();
   app.add_flag("--kv-exact", kv.exact,

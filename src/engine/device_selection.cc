@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/env_switch.h"
 #include "index/icecache/icecache_index.h"
 #include "index/regions.h"
 #include "kv/key_mean.h"
@@ -54,6 +55,11 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
   ICECACHE_ASSIGN_OR_RETURN(d->counters_host_, backend.AllocateStaging(DType::kI32, {10}));
   d->behind_ = config.fetch == "behind";
   if (d->behind_) {
+    // ICECACHE_FETCH_NOW_PERCENT (A/B): that share of the pages the budget leaves between sink and
+    // window, the best-ranked first, is fetched now even when fetching behind.
+    const int percent = std::clamp(EnvInt("ICECACHE_FETCH_NOW_PERCENT", 0), 0, 100);
+    const int middle = std::max(0, lim.budget - lim.sink - lim.window) / layout.page_size;
+    d->now_pages_ = middle * percent / 100;
     ICECACHE_ASSIGN_OR_RETURN(d->behind_ids_, backend.Allocate(DType::kI32, {rows, out}));
     ICECACHE_ASSIGN_OR_RETURN(d->behind_lens_, backend.Allocate(DType::kI32, {rows, out}));
     ICECACHE_ASSIGN_OR_RETURN(d->behind_count_, backend.Allocate(DType::kI32, {rows}));
@@ -505,6 +511,7 @@ PageMapArgs DeviceSelection::MapArgs(int layer, const WorkingSet& ws) const {
   if (defer_step_) {
     const int64_t first = static_cast<int64_t>(layer) * heads_;
     m.defer_limits = limits_dev_.Slice(first, first + heads_);
+    m.defer_after = now_pages_;
   }
   return m;
 }

@@ -179,6 +179,7 @@ class DeviceSelection {
   // LayerPicks hands out in place of picks_', and the copy list of CopyBehind; a row of -1s
   // (no pending page: its map runs after the step's keys are written).
   bool behind_ = false, defer_step_ = false, last_prepare_decode_ = false;
+  int now_pages_ = 0;  // MapPages' defer_after (ICECACHE_FETCH_NOW_PERCENT)
   Tensor behind_ids_, behind_lens_, behind_count_, behind_fetch_, no_pending_;
   Picks LayerPicks(int layer) const;
   Tensor resident_, slot_page_, slot_len_, slot_used_, table_, counters_;

@@ -291,6 +291,7 @@ void CheckKernels(int bound_rows) {
     // others not current in a slot deferred.
     const bool behind = step % 4 == 2;
     if (behind) m.defer_limits = testing::I32Tensor(limits, {rows, 5}).Slice(0, rows_mapped);
+    m.defer_after = step % 8 == 6 ? 2 : 0;  // every other such step maps 2 more entries now
     PageMapArgs gm = m;
     if (behind) gm.defer_limits = I32ToDevice(*gpu, limits, {rows, 5}).Slice(0, rows_mapped);
     gm.sel_ids = g.out_ids.Slice(0, rows_mapped);

@@ -551,6 +551,19 @@ TEST_F(DeviceSelectionTest, FetchBehindDefersMissingPagesAndCopiesThemForTheNext
                 (got->kv.pages_fetched + got->kv.pages_prefetched) * page_bytes, 1e-6);
     EXPECT_GT(got->kv.hit_rate, 0.0);
     EXPECT_LT(got->kv.hit_rate, 1.0);
+    // ICECACHE_FETCH_NOW_PERCENT=100 maps the pages the budget leaves between sink and window
+    // now: with quest's whole pages that is every selected page, so nothing is deferred and the
+    // logits are those of fetching now (icecache's partly filled leaves may number more). Read
+    // when a session's device selection is made.
+    if (std::string(policy) != "quest") continue;
+    setenv("ICECACHE_FETCH_NOW_PERCENT", "100", 1);
+    auto all_now = Make(kv, "device", false);
+    ASSERT_TRUE(all_now.ok());
+    auto same = (*all_now)->Score(r);
+    unsetenv("ICECACHE_FETCH_NOW_PERCENT");
+    ASSERT_TRUE(same.ok()) << same.status().message();
+    ExpectSameLogits(*same, *want);
+    EXPECT_EQ(same->kv.pages_deferred, 0.0);
   }
 }
 
@@ -975,8 +988,9 @@ TEST(MapPagesTest, PrefetchPlacesPagesButNotThePendingOneAndWritesNoTable) {
 
 // Fetch behind (defer_limits): a map lists every selected entry but gives the ones between a
 // row's sink and window that are not current in a slot 0 tokens, without a slot or a copy; the
-// sink and window entries are mapped as usual. A prefetch-mode map of the same selection (no
-// pending page) then brings the deferred pages in, and the next map finds them all current.
+// sink and window entries (and the first defer_after after the sink) are mapped as usual. A
+// prefetch-mode map of the same selection (no pending page) then brings the deferred pages in,
+// and the next map finds them all current.
 TEST(MapPagesTest, DeferredPagesAreListedEmptyAndCopiedBehind) {
   auto backend = MakeCpuBackend({.threads = 1});
   const int page = 4, dim = 8, host_pages = 48, rows = 2, cap = 6, stride = 6;
@@ -1021,6 +1035,8 @@ TEST(MapPagesTest, DeferredPagesAreListedEmptyAndCopiedBehind) {
   std::mt19937 rng(5);
   int64_t deferred_total = 0;
   for (int step = 0; step < 50; ++step, ++clock) {
+    // Every third step maps the first entry after the sink now too (defer_after 1).
+    const int after = step % 3 == 2 ? 1 : 0;
     std::vector<std::vector<bool>> defer(rows);
     int64_t deferred = 0, tokens = 0, listed = 0;
     for (int r = 0; r < rows; ++r) {
@@ -1034,7 +1050,7 @@ TEST(MapPagesTest, DeferredPagesAreListedEmptyAndCopiedBehind) {
       limits[r * 5 + 1] = 1;
       limits[r * 5 + 2] = 100 - window;
       for (int i = 0; i < n; ++i) {
-        const bool middle = i >= 1 && i < n - window;
+        const bool middle = i >= 1 + after && i < n - window;
         defer[r].push_back(middle && !current(r, i));
         deferred += defer[r].back() ? 1 : 0;
         tokens += defer[r].back() ? 0 : sel_lens[r * stride + i];
@@ -1043,6 +1059,7 @@ TEST(MapPagesTest, DeferredPagesAreListedEmptyAndCopiedBehind) {
     const int64_t before[5] = {c[0], c[1], c[2], c[3], c[4]};
     PageMapArgs m = args();
     m.defer_limits = Tensor(limits.data(), DType::kI32, {rows, 5});
+    m.defer_after = after;
     backend->MapPages(m);
     EXPECT_EQ(c[4] - before[4], deferred) << "step " << step;
     EXPECT_EQ(c[2] - before[2], tokens) << "deferred entries list no tokens";

@@ -251,7 +251,7 @@ void MapPagesCpu(const PageMapArgs& a) {
     int lo = n, hi = n;
     if (defer != nullptr) {
       const int32_t* lim = defer + static_cast<int64_t>(r) * 5;
-      lo = std::clamp(lim[1], 0, n);
+      lo = std::clamp(lim[1] + std::max(a.defer_after, 0), 0, n);
       hi = std::max(lo, n - std::clamp(lim[0] - lim[2], 0, n));
     }
     for (int i = 0; i < n; ++i) {

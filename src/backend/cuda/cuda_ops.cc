@@ -426,6 +426,7 @@ kernels::PageMapParams CudaBackend::MapParams(const PageMapArgs& args) {
   }
   p.clock = args.clock;
   if (!args.defer_limits.empty()) p.defer_limits = args.defer_limits.data_as<const int32_t>();
+  p.defer_after = args.defer_after;
   p.stage = static_cast<int>(args.stage);
   if (!args.pending.empty()) {
     OnDevice(args.pending);

@@ -155,6 +155,7 @@ struct PageMapParams {
   int32_t clock = 0;
   // Fetch behind (PageMapArgs::defer_limits): [rows, 5] select limits; nullptr: fetch now.
   const int32_t* defer_limits = nullptr;
+  int defer_after = 0;  // entries after the sink mapped as usual (PageMapArgs::defer_after)
   // Read on the host: 0 places and copies, 1 only places (the copies listed in `fetch`), 2 only
   // copies what `fetch` lists (PageMapArgs::stage); the same for every entry of a batch.
   int stage = 0;

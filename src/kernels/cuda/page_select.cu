@@ -713,7 +713,7 @@ __global__ void __launch_bounds__(kMapThreads)
   int lo = n, hi = n;
   if (!prefetch && p.defer_limits != nullptr) {
     const int32_t* lim = p.defer_limits + static_cast<int64_t>(row) * 5;
-    lo = min(max(lim[1], 0), n);
+    lo = min(max(lim[1] + max(p.defer_after, 0), 0), n);
     hi = max(lo, n - min(max(lim[0] - lim[2], 0), n));
   }
   for (int i = tid; i < p.capacity; i += blockDim.x) kept[i] = 0;
