@@ -27,7 +27,7 @@ void SparseAttention::SetBatch(std::span<SequenceState* const> states) {
   bool behind = false;
   for (const SequenceState* st : states_) {
     selecting += st->device_select && st->sparse() ? 1 : 0;
-    behind = behind || st->kv.fetch == "behind";
+    behind = behind || (st->device_select && st->kv.fetch == "behind");
   }
   // kAuto leaves steps that fetch behind alone: a prefetch is joined before its layer attends,
   // and with it the copies behind queued before it on the side stream.
