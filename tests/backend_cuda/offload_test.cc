@@ -203,17 +203,23 @@ TEST_F(CudaOffload, SmallBudgetsAttendTheBudgetAndAgreeWithTheCpu) {
   }
 }
 
+// The synthetic tiny model selecting with `policy` at budget 64 of its 624 tokens (most pages
+// left out, the selection varying), prefetch off.
+EngineOptions TinyBudget64(const char* policy) {
+  EngineOptions o{.context_size = 1024, .synthetic = "tiny"};
+  o.kv.policy = policy;
+  o.kv.budget = 64;
+  o.kv_prefetch = "off";
+  return o;
+}
+
 // The prefetch runs on a side stream while the layer's MLP runs: the logits must not change
 // (a race on the working set or the selection scratch would show here), and pages must move
 // early. Budget 64 of 624 tokens, so that most pages are left out and the selection varies.
 TEST_F(CudaOffload, PrefetchOnTheSideStreamChangesNoLogit) {
-  const EngineOptions base{.context_size = 1024, .synthetic = "tiny"};
   for (const char* policy : {"quest", "icecache"}) {
     SCOPED_TRACE(policy);
-    EngineOptions o = base;
-    o.kv.policy = policy;
-    o.kv.budget = 64;
-    o.kv_prefetch = "off";
+    EngineOptions o = TinyBudget64(policy);
     auto off = MakeEngine(o, "cuda", "on");
     o.kv_prefetch = "on";
     auto on = MakeEngine(o, "cuda", "on");
@@ -240,13 +246,9 @@ TEST_F(CudaOffload, PrefetchOnTheSideStreamChangesNoLogit) {
 // phases; pages must be deferred and every deferred page copied. Quest and icecache selecting
 // on the device, one sequence.
 TEST_F(CudaOffload, FetchBehindOnTheSideStreamChangesNoLogit) {
-  const EngineOptions base{.context_size = 1024, .synthetic = "tiny"};
   for (const char* policy : {"quest", "icecache"}) {
     SCOPED_TRACE(policy);
-    EngineOptions o = base;
-    o.kv.policy = policy;
-    o.kv.budget = 64;
-    o.kv_prefetch = "off";
+    EngineOptions o = TinyBudget64(policy);
     auto now = MakeEngine(o, "cuda", "on");
     o.kv.fetch = "behind";
     auto behind = MakeEngine(o, "cuda", "on");

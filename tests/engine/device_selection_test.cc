@@ -818,6 +818,66 @@ int RandomRow(std::mt19937& rng, int r, int stride, int first, int span, int pag
   return n;
 }
 
+// The arrays of MapPages calls over `host` (an f32 pool): selections of `rows` rows of `stride`
+// entries, and a working set whose rows are groups [first_group, first_group + rows) of `cap`
+// slots each (slot pages for every group up to there), with its residency, table, copy list and
+// counters.
+struct MapState {
+  MapState(const KvPoolView& host, int rows, int cap, int stride, int first_group = 0)
+      : host(host),
+        rows(rows),
+        cap(cap),
+        stride(stride),
+        first_group(first_group),
+        slot_pages((first_group + rows) * cap),
+        sk(int64_t{slot_pages} * host.page_size * host.head_dim),
+        sv(sk.size()),
+        spos(int64_t{slot_pages} * host.page_size),
+        resident(host.num_pages, -1),
+        slot_page(slot_pages, -1),
+        slot_len(slot_pages, 0),
+        slot_used(slot_pages, -1),
+        table(rows + 1 + 2 * rows * stride),
+        fetch(rows * (1 + 2 * cap)),
+        sel_ids(rows * stride),
+        sel_lens(rows * stride),
+        sel_count(rows) {}
+  KvPoolView Slots() {
+    return {sk.data(),  sv.data(),      spos.data(),  DType::kF32,
+            slot_pages, host.page_size, host.head_dim};
+  }
+  // A normal map of the current selection; with `clock` > 0 it passes slot_used and that clock.
+  PageMapArgs Args(int32_t clock = 0) {
+    PageMapArgs m;
+    m.sel_ids = Tensor(sel_ids.data(), DType::kI32, {rows, stride});
+    m.sel_lens = Tensor(sel_lens.data(), DType::kI32, {rows, stride});
+    m.sel_count = Tensor(sel_count.data(), DType::kI32, {rows});
+    m.host = host;
+    m.slots = Slots();
+    m.first_group = first_group;
+    m.capacity = cap;
+    m.resident = Tensor(resident.data(), DType::kI32, {host.num_pages});
+    m.slot_page = Tensor(slot_page.data(), DType::kI32, {slot_pages});
+    m.slot_len = Tensor(slot_len.data(), DType::kI32, {slot_pages});
+    if (clock > 0) {
+      m.slot_used = Tensor(slot_used.data(), DType::kI32, {slot_pages});
+      m.clock = clock;
+    }
+    m.table = Tensor(table.data(), DType::kI32, {static_cast<int64_t>(table.size())});
+    m.fetch = Tensor(fetch.data(), DType::kI32, {static_cast<int64_t>(fetch.size())});
+    m.counters = Tensor(counters, DType::kI32, {10});
+    return m;
+  }
+  const int64_t* c() const { return reinterpret_cast<const int64_t*>(counters); }
+
+  KvPoolView host;
+  int rows, cap, stride, first_group, slot_pages;
+  std::vector<float> sk, sv;
+  std::vector<int32_t> spos, resident, slot_page, slot_len, slot_used, table, fetch;
+  std::vector<int32_t> sel_ids, sel_lens, sel_count;
+  alignas(8) int32_t counters[10] = {};
+};
+
 // MapPages over random selections: slots always hold the selected host pages.
 TEST(MapPagesTest, SlotsHoldTheSelectedPagesAndRepeatsAreHits) {
   auto backend = MakeCpuBackend({.threads = 1});
@@ -826,33 +886,15 @@ TEST(MapPagesTest, SlotsHoldTheSelectedPagesAndRepeatsAreHits) {
   NumberedHostTier tier(host_pages, page, dim);
   std::vector<float>&hk = tier.k, &hv = tier.v;
   std::vector<int32_t>& hpos = tier.pos;
-  const int slot_pages = (rows + 1) * cap;  // groups 1 and 2 (first_group 1)
-  std::vector<float> sk(slot_pages * page_elems), sv(sk.size());
-  std::vector<int32_t> spos(slot_pages * page);
   const KvPoolView host = tier.View();
-  KvPoolView slots{sk.data(), sv.data(), spos.data(), DType::kF32, slot_pages, page, dim};
-  std::vector<int32_t> resident(host_pages, -1), slot_page(slot_pages, -1), slot_len(slot_pages, 0);
-  std::vector<int32_t> table(rows + 1 + 2 * rows * stride), fetch(rows * (1 + 2 * cap));
-  alignas(8) int32_t counters[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  std::vector<int32_t> sel_ids(rows * stride), sel_lens(rows * stride), sel_count(rows);
-  auto map = [&] {
-    PageMapArgs m;
-    m.sel_ids = Tensor(sel_ids.data(), DType::kI32, {rows, stride});
-    m.sel_lens = Tensor(sel_lens.data(), DType::kI32, {rows, stride});
-    m.sel_count = Tensor(sel_count.data(), DType::kI32, {rows});
-    m.host = host;
-    m.slots = slots;
-    m.first_group = 1;
-    m.capacity = cap;
-    m.resident = Tensor(resident.data(), DType::kI32, {host_pages});
-    m.slot_page = Tensor(slot_page.data(), DType::kI32, {slot_pages});
-    m.slot_len = Tensor(slot_len.data(), DType::kI32, {slot_pages});
-    m.table = Tensor(table.data(), DType::kI32, {static_cast<int64_t>(table.size())});
-    m.fetch = Tensor(fetch.data(), DType::kI32, {static_cast<int64_t>(fetch.size())});
-    m.counters = Tensor(counters, DType::kI32, {8});
-    backend->MapPages(m);
-  };
-  const int64_t* c = reinterpret_cast<const int64_t*>(counters);
+  MapState w(host, rows, cap, stride, /*first_group=*/1);  // groups 1 and 2
+  const int slot_pages = w.slot_pages;
+  const std::vector<float>&sk = w.sk, &sv = w.sv;
+  const std::vector<int32_t>&spos = w.spos, &table = w.table;
+  std::vector<int32_t>&resident = w.resident, &slot_page = w.slot_page, &slot_len = w.slot_len;
+  std::vector<int32_t>&sel_ids = w.sel_ids, &sel_lens = w.sel_lens, &sel_count = w.sel_count;
+  auto map = [&] { backend->MapPages(w.Args()); };
+  const int64_t* c = w.c();
   std::mt19937 rng(7);
   int64_t lookups = 0;
   for (int step = 0; step < 40; ++step) {
@@ -997,36 +1039,15 @@ TEST(MapPagesTest, DeferredPagesAreListedEmptyAndCopiedBehind) {
   const int64_t page_elems = page * dim;
   NumberedHostTier tier(host_pages, page, dim);
   const std::vector<float>& hk = tier.k;
-  std::vector<float> sk(rows * cap * page_elems), sv(sk.size());
-  std::vector<int32_t> spos(rows * cap * page);
-  const KvPoolView host = tier.View();
-  const KvPoolView slots{sk.data(), sv.data(), spos.data(), DType::kF32, rows * cap, page, dim};
-  std::vector<int32_t> resident(host_pages, -1), slot_page(rows * cap, -1), slot_len(rows * cap, 0),
-      slot_used(rows * cap, -1);
-  std::vector<int32_t> table(rows + 1 + 2 * rows * stride), fetch(rows * (1 + 2 * cap));
-  alignas(8) int32_t counters[10] = {};
-  std::vector<int32_t> sel_ids(rows * stride), sel_lens(rows * stride), sel_count(rows);
+  MapState w(tier.View(), rows, cap, stride);
+  const std::vector<float>& sk = w.sk;
+  const std::vector<int32_t>&resident = w.resident, &slot_page = w.slot_page,
+        &slot_len = w.slot_len, &table = w.table;
+  std::vector<int32_t>&sel_ids = w.sel_ids, &sel_lens = w.sel_lens, &sel_count = w.sel_count;
   std::vector<int32_t> limits(rows * 5), none(rows, -1);
   int32_t clock = 1;
-  auto args = [&] {
-    PageMapArgs m;
-    m.sel_ids = Tensor(sel_ids.data(), DType::kI32, {rows, stride});
-    m.sel_lens = Tensor(sel_lens.data(), DType::kI32, {rows, stride});
-    m.sel_count = Tensor(sel_count.data(), DType::kI32, {rows});
-    m.host = host;
-    m.slots = slots;
-    m.capacity = cap;
-    m.resident = Tensor(resident.data(), DType::kI32, {host_pages});
-    m.slot_page = Tensor(slot_page.data(), DType::kI32, {rows * cap});
-    m.slot_len = Tensor(slot_len.data(), DType::kI32, {rows * cap});
-    m.slot_used = Tensor(slot_used.data(), DType::kI32, {rows * cap});
-    m.clock = clock;
-    m.table = Tensor(table.data(), DType::kI32, {static_cast<int64_t>(table.size())});
-    m.fetch = Tensor(fetch.data(), DType::kI32, {static_cast<int64_t>(fetch.size())});
-    m.counters = Tensor(counters, DType::kI32, {10});
-    return m;
-  };
-  const int64_t* c = reinterpret_cast<const int64_t*>(counters);
+  auto args = [&] { return w.Args(clock); };
+  const int64_t* c = w.c();
   auto current = [&](int r, int i) {
     const int32_t id = sel_ids[r * stride + i], s = resident[id];
     return s >= r * cap && s < (r + 1) * cap && slot_page[s] == id &&
@@ -1116,43 +1137,14 @@ TEST(MapPagesTest, DeferredPagesAreListedEmptyAndCopiedBehind) {
 TEST(MapPagesTest, PlaceThenCopyEqualsOneMap) {
   auto backend = MakeCpuBackend({.threads = 1});
   const int page = 4, dim = 8, host_pages = 40, rows = 2, cap = 6, stride = 5;
-  const int64_t page_elems = page * dim;
   NumberedHostTier tier(host_pages, page, dim);
-  const KvPoolView host = tier.View();
-  // One working set per way of mapping, fed the same selections.
-  struct Side {
-    std::vector<float> sk, sv;
-    std::vector<int32_t> spos, resident, slot_page, slot_len, table, fetch;
-    alignas(8) int32_t counters[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  };
-  Side one, two;
-  for (Side* w : {&one, &two}) {
-    w->sk.assign(rows * cap * page_elems, 0.0f);
-    w->sv.assign(w->sk.size(), 0.0f);
-    w->spos.assign(rows * cap * page, 0);
-    w->resident.assign(host_pages, -1);
-    w->slot_page.assign(rows * cap, -1);
-    w->slot_len.assign(rows * cap, 0);
-    w->table.assign(rows + 1 + 2 * rows * stride, 0);
-    w->fetch.assign(rows * (1 + 2 * cap), 0);
-  }
-  std::vector<int32_t> sel_ids(rows * stride), sel_lens(rows * stride), sel_count(rows);
+  // One working set per way of mapping, fed the same selections (drawn into one's, copied to
+  // two's).
+  MapState one(tier.View(), rows, cap, stride), two(tier.View(), rows, cap, stride);
+  std::vector<int32_t>&sel_ids = one.sel_ids, &sel_lens = one.sel_lens, &sel_count = one.sel_count;
   std::vector<int32_t> pending(rows);
-  auto args = [&](Side& w, bool prefetch) {
-    PageMapArgs m;
-    m.sel_ids = Tensor(sel_ids.data(), DType::kI32, {rows, stride});
-    m.sel_lens = Tensor(sel_lens.data(), DType::kI32, {rows, stride});
-    m.sel_count = Tensor(sel_count.data(), DType::kI32, {rows});
-    m.host = host;
-    m.slots =
-        KvPoolView{w.sk.data(), w.sv.data(), w.spos.data(), DType::kF32, rows * cap, page, dim};
-    m.capacity = cap;
-    m.resident = Tensor(w.resident.data(), DType::kI32, {host_pages});
-    m.slot_page = Tensor(w.slot_page.data(), DType::kI32, {rows * cap});
-    m.slot_len = Tensor(w.slot_len.data(), DType::kI32, {rows * cap});
-    m.table = Tensor(w.table.data(), DType::kI32, {static_cast<int64_t>(w.table.size())});
-    m.fetch = Tensor(w.fetch.data(), DType::kI32, {static_cast<int64_t>(w.fetch.size())});
-    m.counters = Tensor(w.counters, DType::kI32, {8});
+  auto args = [&](MapState& w, bool prefetch) {
+    PageMapArgs m = w.Args();
     if (prefetch) {
       m.pending = Tensor(pending.data(), DType::kI32, {rows});
       m.prefetch_pages = 3;
@@ -1166,6 +1158,9 @@ TEST(MapPagesTest, PlaceThenCopyEqualsOneMap) {
       sel_count[r] = n;
       pending[r] = sel_ids[r * stride + rng() % n];
     }
+    two.sel_ids = sel_ids;
+    two.sel_lens = sel_lens;
+    two.sel_count = sel_count;
     const bool prefetch = step % 2 == 0;
     backend->MapPages(args(one, prefetch));
     PageMapArgs m = args(two, prefetch);
