@@ -66,6 +66,15 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
     ICECACHE_ASSIGN_OR_RETURN(
         d->behind_fetch_,
         backend.Allocate(DType::kI32, {d->heads_ * (1 + 2 * int64_t{d->capacity_})}));
+    d->layer_picks_.resize(n_layers);
+    for (int l = 0; l < n_layers; ++l) {
+      const int64_t first = static_cast<int64_t>(l) * d->heads_;
+      Picks& p = d->layer_picks_[l];
+      p.ids = d->behind_ids_.Slice(first, first + d->heads_);
+      p.lens = d->behind_lens_.Slice(first, first + d->heads_);
+      p.count = d->behind_count_.Slice(first, first + d->heads_);
+      p.fetch = d->picks_.fetch;  // the step's map; the copies behind have behind_fetch_
+    }
     ICECACHE_ASSIGN_OR_RETURN(d->no_pending_, backend.Allocate(DType::kI32, {d->heads_}));
     const std::vector<int32_t> none(static_cast<size_t>(d->heads_), -1);
     ICECACHE_RETURN_IF_ERROR(backend.Copy(
@@ -144,6 +153,7 @@ Status DeviceSelection::Grow(int64_t entries) {
   list_rows_ = std::move(rows_dev);
   picks_.scores = std::move(scores);
   prefetch_picks_.scores = std::move(prefetch_scores);
+  for (Picks& p : layer_picks_) p.scores = picks_.scores;
   return Status::Ok();
 }
 
@@ -496,14 +506,8 @@ void DeviceSelection::Select(int layer, const Tensor& q) {
   backend_->SelectPages(SelectArgs(layer, q));
 }
 
-DeviceSelection::Picks DeviceSelection::LayerPicks(int layer) const {
-  if (!behind_) return picks_;
-  const int64_t first = static_cast<int64_t>(layer) * heads_;
-  Picks p = picks_;
-  p.ids = behind_ids_.Slice(first, first + heads_);
-  p.lens = behind_lens_.Slice(first, first + heads_);
-  p.count = behind_count_.Slice(first, first + heads_);
-  return p;
+const DeviceSelection::Picks& DeviceSelection::LayerPicks(int layer) const {
+  return behind_ ? layer_picks_[layer] : picks_;
 }
 
 PageMapArgs DeviceSelection::MapArgs(int layer, const WorkingSet& ws) const {

@@ -176,12 +176,14 @@ class DeviceSelection {
   // beside the main stream's Select and Map of another layer.
   Picks picks_, prefetch_picks_;
   // Fetch behind: the picks of every layer ([layers * heads, ...]: ids, lens, count), which
-  // LayerPicks hands out in place of picks_', and the copy list of CopyBehind; a row of -1s
-  // (no pending page: its map runs after the step's keys are written).
+  // LayerPicks hands out in place of picks_' (layer_picks_: views of them with picks_' scores
+  // and copy list, set by Create and Grow), and the copy list of CopyBehind; a row of -1s (no
+  // pending page: its map runs after the step's keys are written).
   bool behind_ = false, defer_step_ = false, last_prepare_decode_ = false;
   int now_pages_ = 0;  // MapPages' defer_after (ICECACHE_FETCH_NOW_PERCENT)
   Tensor behind_ids_, behind_lens_, behind_count_, behind_fetch_, no_pending_;
-  Picks LayerPicks(int layer) const;
+  std::vector<Picks> layer_picks_;
+  const Picks& LayerPicks(int layer) const;
   Tensor resident_, slot_page_, slot_len_, slot_used_, table_, counters_;
   int32_t clock_ = 0;  // decode steps prepared (PageMapArgs::clock)
   // Host side: mirrors of the uploaded lists ([layers * heads, stride_]: page id, token count,
