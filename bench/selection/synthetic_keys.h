@@ -9,27 +9,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/split_mix.h"
+
 namespace icecache::bench {
 
-// SplitMix64: deterministic, seedable per item.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  float Uniform() { return static_cast<float>(Next() >> 40) * 0x1p-24f; }  // [0, 1)
-  float Normal() {
-    const float u = std::max(Uniform(), 1e-7f), v = Uniform();
-    return std::sqrt(-2.0f * std::log(u)) * std::cos(6.2831853f * v);
-  }
-
- private:
-  uint64_t state_;
-};
+// Deterministic and seedable per item.
+using Rng = SplitMixRng;
 
 struct SyntheticSpec {
   int dim = 64;
@@ -55,7 +40,7 @@ class SyntheticKeys {
   }
   void Key(int64_t pos, float* k) const {
     const float* c = &centres_[static_cast<size_t>(Topic(pos)) * s_.dim];
-    Rng rng(s_.seed ^ (static_cast<uint64_t>(pos) * 0x9E3779B97F4A7C15ull + 1));
+    Rng rng(s_.seed ^ (static_cast<uint64_t>(pos) * kSplitMixGamma + 1));
     for (int j = 0; j < s_.dim; ++j) k[j] = c[j] + s_.key_noise * rng.Normal();
   }
   // The query of the token at `pos` (> 0): near the centre of the topic of a random earlier

@@ -4,6 +4,7 @@
 #include <array>
 
 #include "core/check.h"
+#include "core/split_mix.h"
 
 namespace icecache::eval {
 
@@ -88,12 +89,7 @@ const std::vector<std::string_view>& UniqueWords() {
 std::span<const std::string_view> CommonWords() { return UniqueWords(); }
 
 uint64_t MixSeed(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
-  auto mix = [](uint64_t x) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-  };
+  constexpr auto mix = SplitMix64;
   uint64_t h = mix(seed);
   h = mix(h ^ a);
   h = mix(h ^ (b * 0x2545f4914f6cdd1dULL));

@@ -14,32 +14,15 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/split_mix.h"
 #include "index/key_reader.h"
 #include "kv/kv_sequence.h"
 #include "kv/page_pool.h"
 
 namespace icecache::lychee {
 
-// Deterministic pseudo-random numbers (SplitMix64).
-class TestRng {
- public:
-  explicit TestRng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  float Uniform() { return static_cast<float>(Next() >> 40) * 0x1p-24f; }  // [0, 1)
-  float Normal() {
-    const float u = std::max(Uniform(), 1e-7f), v = Uniform();
-    return std::sqrt(-2.0f * std::log(u)) * std::cos(6.2831853f * v);
-  }
-  int Below(int n) { return static_cast<int>(Next() % static_cast<uint64_t>(n)); }
-
- private:
-  uint64_t state_;
-};
+// Deterministic pseudo-random numbers for the index tests.
+using TestRng = SplitMixRng;
 
 class KvHarness {
  public:

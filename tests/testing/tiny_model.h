@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/split_mix.h"
 #include "icecache/status.h"
 
 namespace icecache::testing {
@@ -90,7 +91,6 @@ Status ValidateTinyModelSpec(const TinyModelSpec& spec);
 
 uint64_t Fnv1a64(std::span<const uint8_t> bytes, uint64_t h = 0xcbf29ce484222325ull);
 uint64_t Fnv1a64(std::string_view s);
-uint64_t SplitMix64(uint64_t x);
 
 enum class TinyTensorKind { kEmbedding, kOutput, kProjection, kBias, kNorm };
 // The kind of a Hugging Face tensor name; NotFound for names outside the table above.

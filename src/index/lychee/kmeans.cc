@@ -5,28 +5,19 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/split_mix.h"
 #include "index/lychee/vec_math.h"
 
 namespace icecache::lychee {
 
 namespace {
 
-uint64_t NextRandom(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// Uniform in [0, 1).
-double NextUnit(uint64_t* state) { return static_cast<double>(NextRandom(state) >> 11) * 0x1p-53; }
-
 // k-means++: each next seed is drawn with probability proportional to the squared distance to
 // the nearest seed so far.
-std::vector<float> Seed(const float* points, int n, int dim, int k, uint64_t* rng) {
+std::vector<float> Seed(const float* points, int n, int dim, int k, SplitMixRng* rng) {
   std::vector<float> seeds;
   seeds.reserve(static_cast<size_t>(k) * dim);
-  const int first = static_cast<int>(NextRandom(rng) % static_cast<uint64_t>(n));
+  const int first = static_cast<int>(rng->Next() % static_cast<uint64_t>(n));
   seeds.insert(seeds.end(), points + static_cast<int64_t>(first) * dim,
                points + static_cast<int64_t>(first + 1) * dim);
   std::vector<double> d2(n);
@@ -36,7 +27,7 @@ std::vector<float> Seed(const float* points, int n, int dim, int k, uint64_t* rn
     double total = 0;
     for (int i = 0; i < n; ++i) total += d2[i];
     if (total <= 0) break;  // every point coincides with a seed
-    double pick = NextUnit(rng) * total;
+    double pick = rng->UniformDouble() * total;
     int chosen = n - 1;
     for (int i = 0; i < n; ++i) {
       pick -= d2[i];
@@ -60,7 +51,7 @@ std::vector<float> Seed(const float* points, int n, int dim, int k, uint64_t* rn
 KMeansResult KMeans(const float* points, int n, int dim, int k, int iters, uint64_t seed) {
   ICECACHE_CHECK(n >= 1 && k >= 1 && dim >= 1);
   k = std::min(k, n);
-  uint64_t rng = seed;
+  SplitMixRng rng(seed);
   std::vector<float> cent = Seed(points, n, dim, k, &rng);
   k = static_cast<int>(cent.size() / dim);
   std::vector<int32_t> assign(n, -1);

@@ -1,12 +1,10 @@
 #include "model/gguf/gguf_writer.h"
 
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <system_error>
 
 #include "core/check.h"
 #include "core/quant.h"
+#include "core/write_file.h"
 #include "model/gguf/gguf_parse.h"
 
 namespace icecache {
@@ -179,17 +177,7 @@ std::vector<uint8_t> GgufWriter::Serialize() const {
 }
 
 Status GgufWriter::WriteFile(const std::string& path) const {
-  const std::vector<uint8_t> bytes = Serialize();
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) {
-    return IoError(path + ": cannot create: " + std::generic_category().message(errno));
-  }
-  const size_t written = std::fwrite(bytes.data(), 1, bytes.size(), f);
-  const int write_errno = errno;
-  if (std::fclose(f) != 0 || written != bytes.size()) {
-    return IoError(path + ": write failed: " + std::generic_category().message(write_errno));
-  }
-  return Status::Ok();
+  return WriteFileBytes(path, Serialize());
 }
 
 }  // namespace icecache

@@ -1,11 +1,9 @@
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <system_error>
 
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/write_file.h"
 #include "model/safetensors/safetensors_dtype.h"
 #include "model/safetensors/safetensors_file.h"
 
@@ -60,17 +58,7 @@ std::vector<uint8_t> SafetensorsWriter::Serialize() const {
 }
 
 Status SafetensorsWriter::WriteFile(const std::string& path) const {
-  const std::vector<uint8_t> bytes = Serialize();
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) {
-    return IoError(path + ": cannot create: " + std::generic_category().message(errno));
-  }
-  const size_t written = std::fwrite(bytes.data(), 1, bytes.size(), f);
-  const int write_errno = errno;
-  if (std::fclose(f) != 0 || written != bytes.size()) {
-    return IoError(path + ": write failed: " + std::generic_category().message(write_errno));
-  }
-  return Status::Ok();
+  return WriteFileBytes(path, Serialize());
 }
 
 }  // namespace icecache
