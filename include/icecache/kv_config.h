@@ -54,6 +54,12 @@ struct KvConfig {
   // (a step right after a prompt fetches now). Takes the host link off the step's critical path
   // at a cost in what is attended (docs/ACCURACY.md).
   std::string fetch = "now";
+  // Tokens of KV that each (layer, KV head) keeps in the working set (the device's page slots
+  // on a GPU). 0: the pages one step may select (sink, window and partly filled pages included).
+  // A larger set keeps pages a step stops selecting until its spare slots run out, so pages
+  // that come back are not fetched again, at the cost of device memory (docs/PERF.md). Raised to
+  // the default when smaller.
+  int working_set = 0;
 
   // Sink and window after resolving the -1 defaults (tokens).
   int ResolvedSink() const;

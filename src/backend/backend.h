@@ -111,10 +111,11 @@ struct PageSelectArgs {
 // the slot pages [g * capacity, (g + 1) * capacity) of `slots`, g = first_group + r. A selected
 // page that sits in one of the row's slots with the same token count is a hit; every other one
 // takes one of the row's slots that holds no selected page (in selection order; its old page is
-// evicted) and is copied there from `host`: with `slot_used`, first the free slots that the last
-// normal map did not list (lowest first), then the others; without it, lowest first. Writes the
-// attention's page table over `slots`: rows in order, each in selection order, and stamps the
-// listed slots with `clock`.
+// evicted) and is copied there from `host`: first the free slots that never held a page
+// (slot_page -1), then (with `slot_used`) those that the last normal map did not list, then the
+// others, lowest first within each class, so that a row with spare slots keeps what it fetched
+// until they run out. Writes the attention's page table over `slots`: rows in order, each in
+// selection order, and stamps the listed slots with `clock`.
 //
 // Prefetch mode (`pending` given): the selection was made from an early estimate of the layer's
 // query, to bring its pages in before the layer needs them. Pages are placed and copied the same
@@ -134,6 +135,10 @@ struct PageSelectArgs {
 // data: a prefetch places its pages beside the work before it and copies them once the host link
 // is free.
 enum class MapStage { kAll = 0, kPlace = 1, kCopy = 2 };
+
+// A map's rows hold at most this many slots and selected entries together: `capacity` plus the
+// selection's stride (the CUDA map keeps a row's flags and slot lists in 48 KiB of shared memory).
+constexpr int kMaxMapSlots = 6144;
 
 struct PageMapArgs {
   Tensor sel_ids, sel_lens;  // i32 [rows, stride]: SelectPages' output

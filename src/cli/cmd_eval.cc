@@ -76,6 +76,10 @@ std::string Variant(const EvalArgs& a) {
   if (!a.scorer.empty()) add("scorer=" + a.scorer);
   if (a.max_new_tokens > 0) add(fmt::format("max_new_tokens={}", a.max_new_tokens));
   if (a.model.kv.fetch != "now") add("fetch=" + a.model.kv.fetch);
+  // What a step attends depends on the working set's size only when fetching behind.
+  if (a.model.kv.fetch != "now" && a.model.kv.working_set > 0) {
+    add(fmt::format("working_set={}", a.model.kv.working_set));
+  }
   return v;
 }
 

@@ -131,6 +131,11 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
                  "which costs accuracy, docs/ACCURACY.md)")
       ->check(CLI::IsMember({"now", "behind"}))
       ->capture_default_str();
+  app.add_option("--kv-working-set", kv.working_set,
+                 "tokens of KV each (layer, KV head) keeps in the working set (device memory on "
+                 "a GPU); pages a step stops selecting stay there until spare slots run out, so "
+                 "fewer are fetched again (default 0: what one step selects)")
+      ->check(NonNegativeInt());
   app.add_flag("--kv-exact", kv.exact,
                "icecache and lychee: bound-pruned search equal to exhaustive scoring (icecache: "
                "by bound; lychee: by exact q.k, its auto search with w 1)");

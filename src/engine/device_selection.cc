@@ -29,6 +29,12 @@ Result<std::unique_ptr<DeviceSelection>> DeviceSelection::Create(
     return Unsupported("device selection takes at most " + std::to_string(kMaxSelectPicks) +
                        " pages per step; lower --kv-budget or raise --kv-page");
   }
+  if (ws.capacity() + lim.max_pages > kMaxMapSlots) {
+    return Unsupported("device selection keeps at most " +
+                       std::to_string(int64_t{kMaxMapSlots - lim.max_pages} * layout.page_size) +
+                       " tokens per (layer, KV head) in the working set at this budget; lower "
+                       "--kv-working-set");
+  }
   std::unique_ptr<DeviceSelection> d(new DeviceSelection());
   d->backend_ = &backend;
   d->config_ = config;

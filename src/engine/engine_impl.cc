@@ -650,13 +650,15 @@ Result<std::unique_ptr<SequenceState>> EngineImpl::NewState(const KvConfig* kv) 
   if (state->index) {
     const SelectionLimits lim = LimitsFor(config);
     // Slots per (layer, KV head): at least the pages a step may select, plus a quarter for
-    // pages that come back after a step away. Measured on SmolLM2 at 8K, budget 256: without
-    // the quarter, the host path's LRU fetches 7% more (icecache) and device-side lychee 12%
-    // more; device-side quest and icecache (which evict the slots their last step did not list
-    // first) fetch exactly as much, at 1024 too and with prefetch, so they leave it out of
-    // device memory.
+    // pages that come back after a step away, or what --kv-working-set asks for. The quarter
+    // was measured on SmolLM2 at 8K, budget 256, when a device-side map still took spare slots
+    // lowest first, refilling the same ones: the host path's LRU fetched 7% more without it
+    // (icecache) and device-side lychee 12% more, while device-side quest and icecache fetched
+    // exactly as much, so they leave it out of device memory. Since the map takes empty slots
+    // first, spare slots cut their fetches too (docs/PERF.md, "A larger working set").
     const bool tight = on_device && config.policy != "lychee";
-    const int capacity = lim.max_pages + (tight ? 0 : lim.max_pages / 4);
+    const int wanted = (config.working_set + config.page_size - 1) / config.page_size;
+    const int capacity = std::max(lim.max_pages + (tight ? 0 : lim.max_pages / 4), wanted);
     const int scratch =
         state->index->token_level() ? (config.budget + config.page_size - 1) / config.page_size : 0;
     ICECACHE_ASSIGN_OR_RETURN(

@@ -40,6 +40,7 @@ Status KvConfig::Validate() const {
   if (fetch != "now" && fetch != "behind") {
     return InvalidArgument("--kv-fetch must be now or behind, not '" + fetch + "'");
   }
+  if (working_set < 0) return InvalidArgument("--kv-working-set must be >= 0 (0: the default)");
   if (policy == "full") return Status::Ok();
   if (budget < 1) return InvalidArgument("--kv-budget must be positive");
   if (sink < -1 || window < -1) return InvalidArgument("--kv-sink and --kv-window must be >= 0");
@@ -90,6 +91,7 @@ std::string KvConfig::Describe() const {
                   ", page " + std::to_string(page_size);
   if (dense_layers > 0) d += ", " + std::to_string(dense_layers) + " dense layers";
   if (fetch == "behind") d += ", fetch behind";
+  if (working_set > 0) d += ", working set " + std::to_string(working_set) + " tokens";
   if ((policy == "icecache" || policy == "lychee") && exact) d += ", exact";
   if (policy == "icecache" && !exact && rank != "auto") d += ", rank " + rank;
   if (policy == "lychee" && rank != "auto") d += ", rank " + rank;

@@ -182,6 +182,11 @@ TEST(CliBadInputTest, NumbersOutOfRangeSayWhatIsExpected) {
   ExpectCleanError(RunCommand(Gen("-p hi --kv-budget 0")), "'0' is not a positive whole number");
   ExpectCleanError(RunCommand(Gen("-p hi --kv-budget 2.5")), "'2.5' is not a positive whole");
   ExpectCleanError(RunCommand(Gen("-p hi --kv-sink -1")), "'-1' is not a whole number >= 0");
+  ExpectCleanError(RunCommand(Gen("-p hi --kv-working-set -4")), "'-4' is not a whole number >= 0");
+  ExpectCleanError(
+      RunCommand(CliPath() + " bench --synthetic tiny --contexts 64 --decode 1 --kv-policy quest "
+                             "--kv-select device --kv-working-set 10000000"),
+      "--kv-working-set");
   ExpectCleanError(RunCommand(Gen("-p hi -n 1e3")), "'1e3' is not a whole number >= 0");
   ExpectCleanError(RunCommand(Gen("-p hi --device cuda --device-mem-limit -1G")),
                    "'-1G' is not a size");

@@ -567,6 +567,32 @@ TEST_F(DeviceSelectionTest, FetchBehindDefersMissingPagesAndCopiesThemForTheNext
   }
 }
 
+// --kv-working-set: spare slots keep the pages a step stops selecting, so a session that selects
+// the same pages as with the default working set (what it attends does not depend on the slots)
+// fetches fewer of them; one that holds every page fetches each page at most once a list.
+TEST_F(DeviceSelectionTest, ALargerWorkingSetFetchesLessAndAttendsTheSame) {
+  const ScoreRequest r{Tokens(420, 27), Tokens(40, 28), true};
+  for (const char* policy : {"quest", "icecache"}) {
+    SCOPED_TRACE(policy);
+    KvConfig kv = Quest(64);
+    kv.policy = policy;
+    kv.rank = "centroid";
+    auto small = Make(kv, "device", false);
+    kv.working_set = 1024;  // every token of the 460
+    auto large = Make(kv, "device", false);
+    ASSERT_TRUE(small.ok() && large.ok());
+    auto want = (*small)->Score(r);
+    auto got = (*large)->Score(r);
+    ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
+    ExpectSameLogits(*got, *want);
+    EXPECT_DOUBLE_EQ(got->kv.tokens_attended, want->kv.tokens_attended);
+    EXPECT_LT(got->kv.pages_fetched, want->kv.pages_fetched);
+    EXPECT_GT(got->kv.hit_rate, want->kv.hit_rate);
+    EXPECT_GT(got->kv.working_set_bytes, want->kv.working_set_bytes);
+    EXPECT_NE(got->kv.policy.find("working set 1024 tokens"), std::string::npos) << got->kv.policy;
+  }
+}
+
 TEST_F(DeviceSelectionTest, UnsupportedCombinationsAreClearErrors) {
   {
     KvConfig kv = Quest(64);
@@ -601,6 +627,17 @@ TEST_F(DeviceSelectionTest, UnsupportedCombinationsAreClearErrors) {
   auto s2 = (*too_many)->NewSession();
   ASSERT_FALSE(s2.ok());
   EXPECT_NE(s2.status().message().find("at most"), std::string::npos);
+  KvConfig huge = Quest(64);
+  huge.working_set = 8 * kMaxMapSlots;
+  auto slots = Make(huge, "device");
+  ASSERT_TRUE(slots.ok());
+  auto s3 = (*slots)->NewSession();
+  ASSERT_FALSE(s3.ok());
+  EXPECT_NE(s3.status().message().find("--kv-working-set"), std::string::npos);
+  huge.working_set = -1;
+  auto negative = Make(huge, "device");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("--kv-working-set"), std::string::npos);
 }
 
 // The backend op against QuestIndex on a real sequence's keys.
@@ -1188,7 +1225,8 @@ TEST(MapPagesTest, PlaceThenCopyEqualsOneMap) {
 
 // With slot_used, a page the last step listed outlives older ones: the free slots that the
 // last normal map did not list are taken first.
-TEST(MapPagesTest, RecentlyListedPagesAreEvictedLast) {
+// Free slots are taken empty ones first, then those not listed at the last clock, then the rest.
+TEST(MapPagesTest, EmptySlotsFirstAndRecentlyListedPagesLast) {
   auto backend = MakeCpuBackend({.threads = 1});
   const int page = 2, dim = 4, host_pages = 8, cap = 4;
   std::vector<float> hk(host_pages * page * dim, 1.0f), hv(hk.size(), 2.0f), sk(cap * page * dim),
@@ -1219,14 +1257,30 @@ TEST(MapPagesTest, RecentlyListedPagesAreEvictedLast) {
   };
   const int64_t* c = reinterpret_cast<const int64_t*>(counters);
   map({1, 2}, 1);  // slots 0 and 1
-  map({3}, 2);     // slot 2: slots 0 and 1 were listed at the last clock
+  map({3}, 2);     // slot 2, empty
   EXPECT_EQ(resident[3], 2);
   EXPECT_EQ(resident[1], 0);
-  map({1, 4}, 3);  // page 1 is still resident; page 4 takes slot 1 (listed two clocks ago)
+  map({1, 4}, 3);  // page 1 is still resident; page 4 takes slot 3, the last empty one
   EXPECT_EQ(c[0], 1);
-  EXPECT_EQ(resident[4], 1);
-  EXPECT_EQ(resident[3], 2);
-  EXPECT_EQ(slot_used, (std::vector<int32_t>{3, 3, 2, -1}));
+  EXPECT_EQ(resident[4], 3);
+  EXPECT_EQ(resident[2], 1) << "spare slots keep what they hold while empty ones remain";
+  EXPECT_EQ(slot_used, (std::vector<int32_t>{3, 1, 2, 3}));
+  // No empty slot: page 5 takes slot 1 (listed at clock 1), not slot 0 (lowest, but listed at
+  // the last clock).
+  map({5}, 4);
+  EXPECT_EQ(resident[5], 1);
+  EXPECT_EQ(resident[2], -1);
+  EXPECT_EQ(resident[1], 0);
+  // Slot 1 was listed at the last clock; of slots 0, 2 and 3, none listed since clock 3, the
+  // lowest go first.
+  map({2, 6}, 5);
+  EXPECT_EQ(resident[2], 0);
+  EXPECT_EQ(resident[6], 2);
+  EXPECT_EQ(resident[5], 1);
+  EXPECT_EQ(resident[4], 3);
+  EXPECT_EQ(resident[1], -1);
+  EXPECT_EQ(resident[3], -1);
+  EXPECT_EQ(c[0], 1);
 }
 
 }  // namespace

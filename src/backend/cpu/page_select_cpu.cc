@@ -234,7 +234,7 @@ void MapPagesCpu(const PageMapArgs& a) {
                              ? a.defer_limits.data_as<const int32_t>()
                              : nullptr;
   std::vector<uint8_t> kept, deferred;
-  std::vector<int32_t> slot_of, copies, free_slots;
+  std::vector<int32_t> slot_of, copies, free_slots, spare, recent;
   if (pending == nullptr) indptr[0] = 0;
   for (int r = 0; r < rows; ++r) {
     int n = std::min({a.sel_count.data_as<const int32_t>()[r], stride, cap});
@@ -276,14 +276,23 @@ void MapPagesCpu(const PageMapArgs& a) {
         }
       }
     }
-    // Free slots: those the last normal map did not list first (with slot_used), lowest first.
+    // Free slots, lowest first within each class: empty ones, then (with slot_used) those the
+    // last normal map did not list, then the rest.
     free_slots.clear();
-    for (int recent = 0; recent < 2; ++recent) {
-      for (int j = 0; j < cap; ++j) {
-        const bool is_recent = used != nullptr && used[base + j] >= a.clock - 1;
-        if (!kept[j] && is_recent == (recent == 1)) free_slots.push_back(j);
+    spare.clear();
+    recent.clear();
+    for (int j = 0; j < cap; ++j) {
+      if (kept[j]) continue;
+      if (slot_page[base + j] < 0) {
+        free_slots.push_back(j);
+      } else if (used != nullptr && used[base + j] >= a.clock - 1) {
+        recent.push_back(j);
+      } else {
+        spare.push_back(j);
       }
     }
+    free_slots.insert(free_slots.end(), spare.begin(), spare.end());
+    free_slots.insert(free_slots.end(), recent.begin(), recent.end());
     size_t next_free = 0;
     for (int i = 0; i < n; ++i) {
       if (slot_of[i] >= 0 || ids[i] == skip || deferred[i]) continue;

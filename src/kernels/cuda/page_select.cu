@@ -755,17 +755,18 @@ __global__ void __launch_bounds__(kMapThreads)
   __syncthreads();
   int32_t* fetch = p.fetch + static_cast<int64_t>(row) * (1 + 2 * p.capacity);
   if (tid < 32) {
-    // Free slots (lowest first; with slot_used, those the last normal map did not list before
-    // those it did), then the copies: stale entries first, then missing ones (each taking the
-    // next free slot), both in selection order.
+    // Free slots, lowest first within each class: empty ones, then (with slot_used) those the
+    // last normal map did not list, then the rest. Then the copies: stale entries first, then
+    // missing ones (each taking the next free slot), both in selection order.
     int count = 0;
-    for (int recent = 0; recent < 2; ++recent) {
+    for (int cls = 0; cls < 3; ++cls) {
       for (int start = 0; start < p.capacity; start += 32) {
         const int i = start + lane;
         bool f = i < p.capacity && !kept[i];
         if (f) {
+          const bool empty = p.slot_page[base + i] < 0;
           const bool r = p.slot_used != nullptr && p.slot_used[base + i] >= p.clock - 1;
-          f = r == (recent == 1);
+          f = (empty ? 0 : r ? 2 : 1) == cls;
         }
         const unsigned mask = __ballot_sync(0xffffffffu, f);
         if (f) free_slots[count + __popc(mask & ((1u << lane) - 1))] = i;
