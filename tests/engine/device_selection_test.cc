@@ -64,6 +64,13 @@ class DeviceSelectionTest : public ::testing::Test {
     kv.page_size = 8;
     return kv;
   }
+  // `policy` (quest, icecache or lychee) with rank centroid and pages of 8.
+  static KvConfig Centroid(const std::string& policy, int budget) {
+    KvConfig kv = Quest(budget);
+    kv.policy = policy;
+    kv.rank = "centroid";
+    return kv;
+  }
   static std::vector<int32_t> Tokens(int n, int salt) {
     std::vector<int32_t> t;
     for (int i = 0; i < n; ++i) t.push_back((i * 53 + salt * 97 + i * i) % 1000 + 3);
@@ -77,6 +84,21 @@ class DeviceSelectionTest : public ::testing::Test {
                                a.logprobs[i].size() * sizeof(float)))
           << "step " << i << " differs";
     }
+  }
+  // Scores `r` with engines `a` and `b`, which must attend the same tokens: expects the same
+  // logits and tokens attended, and returns both results (default ones after a failure).
+  static std::pair<ScoreResult, ScoreResult> ScoreAlike(Result<std::unique_ptr<Engine>> a,
+                                                        Result<std::unique_ptr<Engine>> b,
+                                                        const ScoreRequest& r) {
+    EXPECT_TRUE(a.ok() && b.ok());
+    if (!a.ok() || !b.ok()) return {};
+    auto want = (*a)->Score(r);
+    auto got = (*b)->Score(r);
+    EXPECT_TRUE(want.ok() && got.ok()) << got.status().message();
+    if (!want.ok() || !got.ok()) return {};
+    ExpectSameLogits(*got, *want);
+    EXPECT_DOUBLE_EQ(got->kv.tokens_attended, want->kv.tokens_attended);
+    return {*want, *got};
   }
   // Scores `first`, then `second` in one session of a host-selecting and one of a
   // device-selecting engine; expects the same logits for `second` and returns its device result.
@@ -182,9 +204,7 @@ TEST_F(DeviceSelectionTest, AGrownUploadSelectsWhatTheHostSelects) {
 TEST_F(DeviceSelectionTest, ASessionsNextContextNeverHitsStaleCopies) {
   for (const char* policy : {"icecache", "lychee", "quest"}) {
     SCOPED_TRACE(policy);
-    KvConfig kv = Quest(64);
-    kv.policy = policy;
-    kv.rank = "centroid";
+    KvConfig kv = Centroid(policy, 64);
     SecondContextsAgree(kv, {Tokens(400, 11), Tokens(24, 12), true},
                         {Tokens(500, 13), Tokens(24, 14), true});
   }
@@ -197,24 +217,17 @@ TEST_F(DeviceSelectionTest, PrefetchMovesPagesEarlierAndChangesNothingAttended) 
   const ScoreRequest r{Tokens(420, 21), Tokens(40, 22), true};
   for (const char* policy : {"quest", "icecache", "lychee"}) {
     SCOPED_TRACE(policy);
-    KvConfig kv = Quest(64);
-    kv.policy = policy;
-    kv.rank = "centroid";
-    auto off = Make(kv, "device", false);
+    KvConfig kv = Centroid(policy, 64);
     auto on = Make(kv, "device", true);
-    ASSERT_TRUE(off.ok() && on.ok());
-    auto want = (*off)->Score(r);
-    auto got = (*on)->Score(r);
-    ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
-    ExpectSameLogits(*got, *want);
-    EXPECT_DOUBLE_EQ(got->kv.tokens_attended, want->kv.tokens_attended);
-    EXPECT_EQ(want->kv.pages_prefetched, 0.0);
-    EXPECT_GT(got->kv.pages_prefetched, 0.0);
-    // Every page that crossed is counted once, fetched for a selection or prefetched.
+    ASSERT_TRUE(on.ok());
     const int64_t page_bytes = int64_t{2} * 8 * (*on)->info().head_dim * sizeof(float);
-    EXPECT_NEAR(got->kv.bytes_fetched,
-                (got->kv.pages_fetched + got->kv.pages_prefetched) * page_bytes, 1e-6);
-    EXPECT_NEAR(want->kv.bytes_fetched, want->kv.pages_fetched * page_bytes, 1e-6);
+    const auto [want, got] = ScoreAlike(Make(kv, "device", false), std::move(on), r);
+    EXPECT_EQ(want.kv.pages_prefetched, 0.0);
+    EXPECT_GT(got.kv.pages_prefetched, 0.0);
+    // Every page that crossed is counted once, fetched for a selection or prefetched.
+    EXPECT_NEAR(got.kv.bytes_fetched, (got.kv.pages_fetched + got.kv.pages_prefetched) * page_bytes,
+                1e-6);
+    EXPECT_NEAR(want.kv.bytes_fetched, want.kv.pages_fetched * page_bytes, 1e-6);
   }
 }
 
@@ -526,9 +539,7 @@ TEST_F(DeviceSelectionTest, FetchBehindDefersMissingPagesAndCopiesThemForTheNext
   const ScoreRequest r{Tokens(420, 25), Tokens(40, 26), true};
   for (const char* policy : {"quest", "icecache"}) {
     SCOPED_TRACE(policy);
-    KvConfig kv = Quest(64);
-    kv.policy = policy;
-    kv.rank = "centroid";
+    KvConfig kv = Centroid(policy, 64);
     auto now = Make(kv, "device", false);
     kv.fetch = "behind";
     auto behind = Make(kv, "device", false);
@@ -574,22 +585,14 @@ TEST_F(DeviceSelectionTest, ALargerWorkingSetFetchesLessAndAttendsTheSame) {
   const ScoreRequest r{Tokens(420, 27), Tokens(40, 28), true};
   for (const char* policy : {"quest", "icecache"}) {
     SCOPED_TRACE(policy);
-    KvConfig kv = Quest(64);
-    kv.policy = policy;
-    kv.rank = "centroid";
+    KvConfig kv = Centroid(policy, 64);
     auto small = Make(kv, "device", false);
     kv.working_set = 1024;  // every token of the 460
-    auto large = Make(kv, "device", false);
-    ASSERT_TRUE(small.ok() && large.ok());
-    auto want = (*small)->Score(r);
-    auto got = (*large)->Score(r);
-    ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
-    ExpectSameLogits(*got, *want);
-    EXPECT_DOUBLE_EQ(got->kv.tokens_attended, want->kv.tokens_attended);
-    EXPECT_LT(got->kv.pages_fetched, want->kv.pages_fetched);
-    EXPECT_GT(got->kv.hit_rate, want->kv.hit_rate);
-    EXPECT_GT(got->kv.working_set_bytes, want->kv.working_set_bytes);
-    EXPECT_NE(got->kv.policy.find("working set 1024 tokens"), std::string::npos) << got->kv.policy;
+    const auto [want, got] = ScoreAlike(std::move(small), Make(kv, "device", false), r);
+    EXPECT_LT(got.kv.pages_fetched, want.kv.pages_fetched);
+    EXPECT_GT(got.kv.hit_rate, want.kv.hit_rate);
+    EXPECT_GT(got.kv.working_set_bytes, want.kv.working_set_bytes);
+    EXPECT_NE(got.kv.policy.find("working set 1024 tokens"), std::string::npos) << got.kv.policy;
   }
 }
 
