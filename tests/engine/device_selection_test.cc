@@ -94,11 +94,16 @@ class DeviceSelectionTest : public ::testing::Test {
     if (!a.ok() || !b.ok()) return {};
     auto want = (*a)->Score(r);
     auto got = (*b)->Score(r);
+    if (!Agree(want, got)) return {};
+    return {*want, *got};
+  }
+  // Expects both results, with the same logits and tokens attended; false when one failed.
+  static bool Agree(const Result<ScoreResult>& want, const Result<ScoreResult>& got) {
     EXPECT_TRUE(want.ok() && got.ok()) << got.status().message();
-    if (!want.ok() || !got.ok()) return {};
+    if (!want.ok() || !got.ok()) return false;
     ExpectSameLogits(*got, *want);
     EXPECT_DOUBLE_EQ(got->kv.tokens_attended, want->kv.tokens_attended);
-    return {*want, *got};
+    return true;
   }
   // Scores `first`, then `second` in one session of a host-selecting and one of a
   // device-selecting engine; expects the same logits for `second` and returns its device result.
@@ -115,10 +120,7 @@ class DeviceSelectionTest : public ::testing::Test {
     EXPECT_TRUE((*hs)->Score(first).ok() && (*ds)->Score(first).ok());
     auto want = (*hs)->Score(second);
     auto got = (*ds)->Score(second);
-    EXPECT_TRUE(want.ok() && got.ok()) << got.status().message();
-    if (!want.ok() || !got.ok()) return {};
-    ExpectSameLogits(*got, *want);
-    EXPECT_DOUBLE_EQ(got->kv.tokens_attended, want->kv.tokens_attended);
+    if (!Agree(want, got)) return {};
     return *got;
   }
   static std::string* dir_;
@@ -580,7 +582,7 @@ TEST_F(DeviceSelectionTest, FetchBehindDefersMissingPagesAndCopiesThemForTheNext
 
 // --kv-working-set: spare slots keep the pages a step stops selecting, so a session that selects
 // the same pages as with the default working set (what it attends does not depend on the slots)
-// fetches fewer of them; one that holds every page fetches each page at most once a list.
+// fetches fewer of them.
 TEST_F(DeviceSelectionTest, ALargerWorkingSetFetchesLessAndAttendsTheSame) {
   const ScoreRequest r{Tokens(420, 27), Tokens(40, 28), true};
   for (const char* policy : {"quest", "icecache"}) {
