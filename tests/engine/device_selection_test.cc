@@ -90,20 +90,30 @@ class DeviceSelectionTest : public ::testing::Test {
   static std::pair<ScoreResult, ScoreResult> ScoreAlike(Result<std::unique_ptr<Engine>> a,
                                                         Result<std::unique_ptr<Engine>> b,
                                                         const ScoreRequest& r) {
-    EXPECT_TRUE(a.ok() && b.ok());
-    if (!a.ok() || !b.ok()) return {};
-    auto want = (*a)->Score(r);
-    auto got = (*b)->Score(r);
-    if (!Agree(want, got)) return {};
-    return {*want, *got};
+    ScoreResult want, got;
+    if (!ScoreBoth(a, b, r, &want, &got)) return {};
+    ExpectSameAttention(got, want);
+    return {want, got};
   }
-  // Expects both results, with the same logits and tokens attended; false when one failed.
-  static bool Agree(const Result<ScoreResult>& want, const Result<ScoreResult>& got) {
-    EXPECT_TRUE(want.ok() && got.ok()) << got.status().message();
-    if (!want.ok() || !got.ok()) return false;
-    ExpectSameLogits(*got, *want);
-    EXPECT_DOUBLE_EQ(got->kv.tokens_attended, want->kv.tokens_attended);
+  // Scores `r` with engines `a` (into `want`) and `b` (into `got`); false, with a failed
+  // expectation, unless both engines were made and both scored.
+  static bool ScoreBoth(const Result<std::unique_ptr<Engine>>& a,
+                        const Result<std::unique_ptr<Engine>>& b, const ScoreRequest& r,
+                        ScoreResult* want, ScoreResult* got) {
+    EXPECT_TRUE(a.ok() && b.ok());
+    if (!a.ok() || !b.ok()) return false;
+    auto w = (*a)->Score(r);
+    auto g = (*b)->Score(r);
+    EXPECT_TRUE(w.ok() && g.ok()) << g.status().message();
+    if (!w.ok() || !g.ok()) return false;
+    *want = *std::move(w);
+    *got = *std::move(g);
     return true;
+  }
+  // The same logits bit for bit and the same tokens attended.
+  static void ExpectSameAttention(const ScoreResult& got, const ScoreResult& want) {
+    ExpectSameLogits(got, want);
+    EXPECT_DOUBLE_EQ(got.kv.tokens_attended, want.kv.tokens_attended);
   }
   // Scores `first`, then `second` in one session of a host-selecting and one of a
   // device-selecting engine; expects the same logits for `second` and returns its device result.
@@ -120,7 +130,9 @@ class DeviceSelectionTest : public ::testing::Test {
     EXPECT_TRUE((*hs)->Score(first).ok() && (*ds)->Score(first).ok());
     auto want = (*hs)->Score(second);
     auto got = (*ds)->Score(second);
-    if (!Agree(want, got)) return {};
+    EXPECT_TRUE(want.ok() && got.ok()) << got.status().message();
+    if (!want.ok() || !got.ok()) return {};
+    ExpectSameAttention(*got, *want);
     return *got;
   }
   static std::string* dir_;
@@ -521,17 +533,13 @@ TEST_F(DeviceSelectionTest, FetchBehindWithACoveringBudgetEqualsFullAttention) {
   const ScoreRequest r{Tokens(150, 3), Tokens(40, 4), true};
   KvConfig full;
   full.page_size = 8;
-  auto dense = Make(full, "auto");
   KvConfig kv = Quest(512);
   kv.fetch = "behind";
-  auto device = Make(kv, "device", false);
-  ASSERT_TRUE(dense.ok() && device.ok());
-  auto want = (*dense)->Score(r);
-  auto got = (*device)->Score(r);
-  ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
-  ExpectSameLogits(*got, *want);
-  EXPECT_EQ(got->kv.pages_deferred, 0.0);
-  EXPECT_NE(got->kv.policy.find("fetch behind"), std::string::npos) << got->kv.policy;
+  ScoreResult want, got;
+  ASSERT_TRUE(ScoreBoth(Make(full, "auto"), Make(kv, "device", false), r, &want, &got));
+  ExpectSameLogits(got, want);
+  EXPECT_EQ(got.kv.pages_deferred, 0.0);
+  EXPECT_NE(got.kv.policy.find("fetch behind"), std::string::npos) << got.kv.policy;
 }
 
 // --kv-fetch behind with a small budget: the step after the prompt attends what fetching now
@@ -545,25 +553,23 @@ TEST_F(DeviceSelectionTest, FetchBehindDefersMissingPagesAndCopiesThemForTheNext
     auto now = Make(kv, "device", false);
     kv.fetch = "behind";
     auto behind = Make(kv, "device", false);
-    ASSERT_TRUE(now.ok() && behind.ok());
-    auto want = (*now)->Score(r);
-    auto got = (*behind)->Score(r);
-    ASSERT_TRUE(want.ok() && got.ok()) << got.status().message();
-    ASSERT_EQ(got->logprobs.size(), want->logprobs.size());
+    ScoreResult want, got;
+    ASSERT_TRUE(ScoreBoth(now, behind, r, &want, &got));
+    ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
     for (size_t i = 0; i < 2; ++i) {
-      EXPECT_EQ(got->logprobs[i], want->logprobs[i]) << "the prompt and the step after it";
+      EXPECT_EQ(got.logprobs[i], want.logprobs[i]) << "the prompt and the step after it";
     }
-    EXPECT_NE(got->logprobs, want->logprobs);
-    EXPECT_EQ(want->kv.pages_deferred, 0.0);
-    EXPECT_GT(got->kv.pages_deferred, 0.0);
-    EXPECT_DOUBLE_EQ(got->kv.pages_prefetched, got->kv.pages_deferred);
-    EXPECT_LT(got->kv.tokens_attended, want->kv.tokens_attended);
-    EXPECT_LT(got->kv.pages_fetched, want->kv.pages_fetched);
+    EXPECT_NE(got.logprobs, want.logprobs);
+    EXPECT_EQ(want.kv.pages_deferred, 0.0);
+    EXPECT_GT(got.kv.pages_deferred, 0.0);
+    EXPECT_DOUBLE_EQ(got.kv.pages_prefetched, got.kv.pages_deferred);
+    EXPECT_LT(got.kv.tokens_attended, want.kv.tokens_attended);
+    EXPECT_LT(got.kv.pages_fetched, want.kv.pages_fetched);
     const int64_t page_bytes = int64_t{2} * 8 * (*behind)->info().head_dim * sizeof(float);
-    EXPECT_NEAR(got->kv.bytes_fetched,
-                (got->kv.pages_fetched + got->kv.pages_prefetched) * page_bytes, 1e-6);
-    EXPECT_GT(got->kv.hit_rate, 0.0);
-    EXPECT_LT(got->kv.hit_rate, 1.0);
+    EXPECT_NEAR(got.kv.bytes_fetched, (got.kv.pages_fetched + got.kv.pages_prefetched) * page_bytes,
+                1e-6);
+    EXPECT_GT(got.kv.hit_rate, 0.0);
+    EXPECT_LT(got.kv.hit_rate, 1.0);
     // ICECACHE_FETCH_NOW_PERCENT=100 maps the pages the budget leaves between sink and window
     // now: with quest's whole pages that is every selected page, so nothing is deferred and the
     // logits are those of fetching now (icecache's partly filled leaves may number more). Read
@@ -575,7 +581,7 @@ TEST_F(DeviceSelectionTest, FetchBehindDefersMissingPagesAndCopiesThemForTheNext
     auto same = (*all_now)->Score(r);
     unsetenv("ICECACHE_FETCH_NOW_PERCENT");
     ASSERT_TRUE(same.ok()) << same.status().message();
-    ExpectSameLogits(*same, *want);
+    ExpectSameLogits(*same, want);
     EXPECT_EQ(same->kv.pages_deferred, 0.0);
   }
 }

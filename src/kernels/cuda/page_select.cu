@@ -694,7 +694,9 @@ __global__ void __launch_bounds__(kMapThreads)
   const PageMapParams& p = b.p[blockIdx.z];
   if (static_cast<int>(blockIdx.x) >= p.rows) return;  // a batch entry with fewer rows
   extern __shared__ int smem[];
-  int* kept = smem;                        // [capacity]
+  // [capacity]: 1 for a slot holding a selected page, then (once the selection is read) each
+  // slot's class: kTaken, or the order in which free slots are handed out (kEmpty first).
+  int* kept = smem;
   int* free_slots = kept + p.capacity;     // [capacity]
   int* slot_of = free_slots + p.capacity;  // [stride]: slot page, or -1 (missing)
   // [stride]: 1 when resident but out of date, 2 when deferred (fetch behind), else 0.
@@ -753,21 +755,29 @@ __global__ void __launch_bounds__(kMapThreads)
   for (int i = tid; i < n; i += blockDim.x) tokens += stale[i] == 2 ? 0 : lens[i];
   if (tokens > 0) atomicAdd(&s_tokens, tokens);
   __syncthreads();
+  // Free slots by class: never used, then not listed by the last normal map, then the rest.
+  constexpr int kEmpty = 0, kIdle = 1, kRecent = 2, kTaken = 3;
+  for (int i = tid; i < p.capacity; i += blockDim.x) {
+    if (kept[i]) {
+      kept[i] = kTaken;
+    } else if (p.slot_page[base + i] < 0) {
+      kept[i] = kEmpty;
+    } else {
+      const bool recent = p.slot_used != nullptr && p.slot_used[base + i] >= p.clock - 1;
+      kept[i] = recent ? kRecent : kIdle;
+    }
+  }
+  __syncthreads();
   int32_t* fetch = p.fetch + static_cast<int64_t>(row) * (1 + 2 * p.capacity);
   if (tid < 32) {
     // Free slots, lowest first within each class: empty ones, then (with slot_used) those the
     // last normal map did not list, then the rest. Then the copies: stale entries first, then
     // missing ones (each taking the next free slot), both in selection order.
     int count = 0;
-    for (int cls = 0; cls < 3; ++cls) {
+    for (int cls = kEmpty; cls < kTaken; ++cls) {
       for (int start = 0; start < p.capacity; start += 32) {
         const int i = start + lane;
-        bool f = i < p.capacity && !kept[i];
-        if (f) {
-          const bool empty = p.slot_page[base + i] < 0;
-          const bool r = p.slot_used != nullptr && p.slot_used[base + i] >= p.clock - 1;
-          f = (empty ? 0 : r ? 2 : 1) == cls;
-        }
+        const bool f = i < p.capacity && kept[i] == cls;
         const unsigned mask = __ballot_sync(0xffffffffu, f);
         if (f) free_slots[count + __popc(mask & ((1u << lane) - 1))] = i;
         count += __popc(mask);
