@@ -117,13 +117,14 @@ Status CudaBackend::Init(const CudaBackendOptions& options) {
   num_sms_ = prop.multiProcessorCount;
   total_memory_ = static_cast<int64_t>(prop.totalGlobalMem);
   // Which of the compute and side streams the block scheduler serves first when both have
-  // blocks waiting: ICECACHE_CUDA_SIDE_PRIORITY 1 (default) the side stream, 0 neither, -1 the
-  // compute stream.
+  // blocks waiting: ICECACHE_CUDA_SIDE_PRIORITY -1 (default) the compute stream, 0 neither, 1 the
+  // side stream. Measured on an H100 (docs/PERF.md): copies behind the step slow it least with
+  // the compute stream first; the prefetch and fetching now show no difference.
   int least = 0, greatest = 0;
   if ((e = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess) {
     return Internal("cannot read the CUDA stream priorities: " + Err(e));
   }
-  const int side_first = EnvInt("ICECACHE_CUDA_SIDE_PRIORITY", 1);
+  const int side_first = EnvInt("ICECACHE_CUDA_SIDE_PRIORITY", -1);
   const int compute_priority = side_first < 0 ? greatest : least;
   const int side_priority = side_first > 0 ? greatest : least;
   cudaStream_t s = nullptr;

@@ -6,11 +6,11 @@
 // Streams: kernels run on the compute stream; transfers between host and device run on the
 // copy stream, ordered after the compute work queued before them (the device buffer may still
 // be read) and before the compute work queued after them. Side work (Backend::BeginSideWork)
-// runs on a third stream, with its own GEMM workspace, at the highest priority (the block
-// scheduler serves it first; ICECACHE_CUDA_SIDE_PRIORITY changes that). A host-to-device
-// copy returns once the host buffer has been read, so callers may refill it at once. No call
-// synchronizes the host with the compute stream except Synchronize, device-to-host copies' callers
-// (via Synchronize) and SampleTokens.
+// runs on a third stream, with its own GEMM workspace, at the lowest priority (the block
+// scheduler serves the compute stream first; ICECACHE_CUDA_SIDE_PRIORITY changes that). A
+// host-to-device copy returns once the host buffer has been read, so callers may refill it at once.
+// No call synchronizes the host with the compute stream except Synchronize, device-to-host copies'
+// callers (via Synchronize) and SampleTokens.
 //
 // This header includes no CUDA headers: handles are forward-declared driver types.
 #pragma once
