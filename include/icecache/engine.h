@@ -154,8 +154,11 @@ struct KvStats {
   double prepare_seconds = 0;
   // The last prompt's index build after its prefill (part of its prefill time), in seconds.
   double prompt_index_seconds = 0;
-  int64_t host_kv_bytes = 0;      // KV of this sequence in the host tier
+  // KV of this sequence: the host tier, or device memory where kv_on_device (the JSON key keeps
+  // its name).
+  int64_t host_kv_bytes = 0;
   bool kv_offloaded = false;      // the host tier is pinned host memory of a GPU engine
+  bool kv_on_device = false;      // the KV lives in device memory (a GPU engine without offload)
   int64_t working_set_bytes = 0;  // working-set slots reserved for this sequence
   int64_t index_bytes = 0;        // index metadata
   // Selection ran in device memory (--kv-select): the bytes it keeps there for this sequence

@@ -50,6 +50,7 @@ nlohmann::json KvStatsToJson(const KvStats& s) {
       {"prompt_index_seconds", s.prompt_index_seconds},
       {"host_kv_bytes", s.host_kv_bytes},
       {"kv_offloaded", s.kv_offloaded},
+      {"kv_on_device", s.kv_on_device},
       {"working_set_bytes", s.working_set_bytes},
       {"index_bytes", s.index_bytes},
       {"device_select", s.device_select},
@@ -76,12 +77,13 @@ std::string KvStatsText(const KvStats& s, double prefill_seconds) {
       "layers\n"
       "index            {:.1f} nodes visited per (layer, KV head) per step; {} of metadata\n"
       "fetch            {:.1f} pages, {} per step; hit rate {:.1f}%\n"
-      "memory           host KV {}{}, working set {}{}\n",
+      "memory           {} KV {}{}, working set {}{}\n",
       s.policy, s.decode_steps, s.context_tokens, s.sparse_layers, s.dense_layers,
       s.tokens_attended, s.tokens_attended_dense, s.nodes_visited, HumanBytes(s.index_bytes),
       s.pages_fetched, HumanBytes(static_cast<int64_t>(s.bytes_fetched)), 100.0 * s.hit_rate,
-      HumanBytes(s.host_kv_bytes), s.kv_offloaded ? " (pinned host memory)" : "",
-      HumanBytes(s.working_set_bytes), s.kv_offloaded ? " (device memory)" : "");
+      s.kv_on_device ? "device" : "host", HumanBytes(s.host_kv_bytes),
+      s.kv_offloaded ? " (pinned host memory)" : "", HumanBytes(s.working_set_bytes),
+      s.kv_offloaded ? " (device memory)" : "");
   // A device that selects queues select, fetch and attend with the model's work: the host sees
   // them apart only with --kv-timing (events around each phase), so without it they are not
   // shown as zeros.

@@ -23,6 +23,7 @@ KvStats SequenceState::Stats(int n_layers, int n_kv_heads) const {
   s.dense_layers = n_layers - s.sparse_layers;
   s.host_kv_bytes = seq.num_pages() * seq.layout().page_bytes();
   s.kv_offloaded = seq.pool().offloaded();
+  s.kv_on_device = !seq.pool().host_accessible();
   s.working_set_bytes = working_set ? working_set->bytes() : 0;
   s.index_bytes = index ? index->MemoryBytes() : 0;
   s.device_select = device_select != nullptr;

@@ -1,5 +1,5 @@
-// The --kv-stats report (cli/stats_json.h): how it shows a step's time split, the fetch's rate
-// and the prefetch.
+// The --kv-stats report (cli/stats_json.h): how it shows a step's time split, the fetch's rate,
+// the prefetch and where the KV lives.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -86,6 +86,29 @@ TEST(KvStatsTextTest, PrefetchShowsItsStepsAndTheTunersTiming) {
   const nlohmann::json j = KvStatsToJson(s);
   EXPECT_EQ(j["prefetch_steps"], 6);
   EXPECT_DOUBLE_EQ(j["prefetch_probe_off_seconds"].get<double>(), 12.0e-3);
+}
+
+TEST(KvStatsTextTest, MemoryLineSaysWhereTheKvLives) {
+  KvStats s = Sample();
+  s.host_kv_bytes = int64_t{16} << 30;
+  s.working_set_bytes = int64_t{328} << 20;
+  EXPECT_NE(KvStatsText(s).find("memory           host KV 16.00 GiB (pinned host memory), working "
+                                "set 328.0 MiB (device memory)"),
+            std::string::npos)
+      << KvStatsText(s);
+  // Full attention on a GPU: the whole KV in device memory, no host tier.
+  s.kv_offloaded = false;
+  s.kv_on_device = true;
+  s.working_set_bytes = 0;
+  EXPECT_NE(KvStatsText(s).find("memory           device KV 16.00 GiB, working set 0 B"),
+            std::string::npos)
+      << KvStatsText(s);
+  EXPECT_EQ(KvStatsToJson(s)["kv_on_device"], true);
+  // The CPU: both tiers in host memory.
+  s.kv_on_device = false;
+  EXPECT_NE(KvStatsText(s).find("memory           host KV 16.00 GiB, working set 0 B"),
+            std::string::npos)
+      << KvStatsText(s);
 }
 
 }  // namespace
