@@ -18,7 +18,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
-from smollm2 import faithful_tokenizer  # noqa: E402
+NEEDS = "this tool needs: pip install gguf tokenizers transformers (docs/dev/REFERENCE.md)"
+try:
+    from smollm2 import faithful_tokenizer  # noqa: E402
+except ImportError as e:
+    sys.exit(f"error: {e}; {NEEDS}")
 
 
 def main() -> int:
@@ -37,7 +41,14 @@ def main() -> int:
         docs = [docs[a.line]]
     else:
         docs.sort(key=len, reverse=True)
-    tok, _ = faithful_tokenizer(a.model)
+    if not os.path.exists(a.model):
+        print(f"error: {a.model}: no such model (scripts/fetch_model.sh gets it)", file=sys.stderr)
+        return 1
+    try:
+        tok, _ = faithful_tokenizer(a.model)
+    except ImportError as e:
+        print(f"error: {e}; {NEEDS}", file=sys.stderr)
+        return 1
     text = ""
     used = 0
     for d in docs:
