@@ -134,7 +134,8 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
   app.add_option("--kv-working-set", kv.working_set,
                  "tokens of KV each (layer, KV head) keeps in the working set (device memory on "
                  "a GPU); pages a step stops selecting stay there until spare slots run out, so "
-                 "fewer are fetched again (default 0: what one step selects)")
+                 "fewer are fetched again; never less than what one step selects (default 0: "
+                 "exactly that)")
       ->check(NonNegativeInt());
   app.add_flag("--kv-exact", kv.exact,
                "icecache and lychee: bound-pruned search equal to exhaustive scoring (icecache: "
