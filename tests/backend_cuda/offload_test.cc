@@ -321,6 +321,8 @@ void ExpectSameBatch(const Env& env_a, const Env& env_b, int max_tokens,
     ASSERT_EQ(got->size(), requests.size());
     for (size_t r = 0; r < requests.size(); ++r) {
       EXPECT_TRUE((*got)[r].stats.kv.device_select);
+      EXPECT_TRUE((*got)[r].stats.kv.kv_offloaded);
+      EXPECT_FALSE((*got)[r].stats.kv.kv_on_device);
       EXPECT_EQ((*got)[r].tokens.size(), static_cast<size_t>(max_tokens));
       EXPECT_EQ((*got)[r].tokens, (*want)[r].tokens) << "request " << r;
       EXPECT_DOUBLE_EQ((*got)[r].stats.kv.tokens_attended, (*want)[r].stats.kv.tokens_attended);
@@ -448,6 +450,15 @@ TEST_F(CudaOffload, SparsePoliciesNeedTheHostTier) {
   auto dense = MakeEngine(base, "cuda", "auto");
   ASSERT_TRUE(dense);
   EXPECT_FALSE(dense->info().kv_offloaded);
+  // Its KV stats say where the KV lives (--kv-stats: "device KV").
+  GenerateRequest g;
+  g.prompt_tokens = {5, 17, 42, 8};
+  g.max_tokens = 2;
+  const std::vector<GenerateRequest> one{g};
+  auto out = dense->GenerateBatch(one);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_TRUE((*out)[0].stats.kv.kv_on_device);
+  EXPECT_FALSE((*out)[0].stats.kv.kv_offloaded);
   KvConfig kv;
   kv.policy = "icecache";
   auto session = dense->NewSession(&kv);
