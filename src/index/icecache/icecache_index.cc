@@ -26,25 +26,32 @@ namespace {
 // softmax logits s q.k (s = 1 / sqrt(dim)), in q.k units: (log sum exp(s q_g.k_t) - log(n G)) / s.
 // It ranks units by the softmax mass per token they add (what attention-mass recall counts;
 // the best single key ranks a page full of near-best keys below one lucky key), and it is at
-// most the best q.k, so every bound of the tree still caps it. One pass (running maximum).
+// most the best q.k, so every bound of the tree still caps it. The products go through a small
+// buffer a chunk at a time: each chunk's maximum first, then one float exp per product (every
+// exponent <= 0), merged into the running sum as the maximum moves; no allocation.
 float SoftScore(const TreeQuery& query, const float* keys, int n) {
-  const double s = 1.0 / std::sqrt(static_cast<double>(query.dim));
+  constexpr int kChunk = 64;
+  const float s = 1.0f / std::sqrt(static_cast<float>(query.dim));
+  float dots[kChunk];
   float best = -std::numeric_limits<float>::infinity();
-  double sum = 0;  // sum of exp(s (dot - best))
-  for (int t = 0; t < n; ++t) {
-    for (int g = 0; g < query.group; ++g) {
-      const float d = DotF(query.q + static_cast<size_t>(g) * query.dim,
-                           keys + static_cast<size_t>(t) * query.dim, query.dim);
-      if (d > best) {
-        sum = sum * std::exp(s * (static_cast<double>(best) - d)) + 1.0;
-        best = d;
-      } else {
-        sum += std::exp(s * (static_cast<double>(d) - best));
-      }
+  float sum = 0;  // sum of exp(s (dot - best))
+  const int terms = n * query.group;
+  for (int first = 0; first < terms; first += kChunk) {
+    const int count = std::min(kChunk, terms - first);
+    float top = best;
+    for (int i = 0; i < count; ++i) {
+      const int t = (first + i) / query.group, g = (first + i) % query.group;
+      dots[i] = DotF(query.q + static_cast<size_t>(g) * query.dim,
+                     keys + static_cast<size_t>(t) * query.dim, query.dim);
+      top = std::max(top, dots[i]);
     }
+    if (top > best) {
+      sum *= std::exp(s * (best - top));  // 0 while best is still -inf
+      best = top;
+    }
+    for (int i = 0; i < count; ++i) sum += std::exp(s * (dots[i] - best));
   }
-  const double terms = static_cast<double>(n) * query.group;
-  return std::min(best, best + static_cast<float>(std::log(sum / terms) / s));
+  return std::min(best, best + std::log(sum / static_cast<float>(terms)) / s);
 }
 
 class PageScorer : public LeafScorer {
