@@ -179,8 +179,13 @@ TEST(SafetensorsBadInput, MalformedFields) {
       {R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": "0-4"}})", "data_offsets"},
       {R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]}})",
        "overflows"},
-      {R"({"w": {"dtype": "F32", "shape": [4611686018427387904], "data_offsets": [0, 4]}})",
+      {R"({"w": {"dtype": "F32", "shape": [2147483648, 2147483648], "data_offsets": [0, 4]}})",
        "more than 2^64"},
+      {R"({"w": {"dtype": "F32", "shape": [4611686018427387904], "data_offsets": [0, 4]}})",
+       "is too large"},
+      // No elements, but a row of the last dimension would not fit in bytes (found by fuzzing).
+      {R"({"w": {"dtype": "F32", "shape": [0, 3999999999999999999], "data_offsets": [0, 0]}})",
+       "dimension 3999999999999999999"},
       {R"({"__metadata__": {"format": 1}})", "__metadata__ value 'format'"},
       {R"({"__metadata__": [1]})", "__metadata__ is not a JSON object"},
   };

@@ -71,6 +71,7 @@ class HeaderParser {
                          " dimensions; at most " + std::to_string(Tensor::kMaxDims) +
                          " are supported");
     }
+    const uint64_t elem = static_cast<uint64_t>(BlockBytes(e->info.dtype));
     uint64_t numel = 1;
     for (const json& d : *shape_it) {
       if (!d.is_number_unsigned()) {
@@ -83,6 +84,12 @@ class HeaderParser {
           __builtin_mul_overflow(numel, v, &numel) ||
           numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         return Error(tn + ": the element count of shape " + shape_it->dump() + " overflows");
+      }
+      // A row of any dimension is sized in bytes (Tensor::row_bytes), even in a tensor without
+      // elements ([0, 2^62], say).
+      if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / elem) {
+        return Error(tn + ": dimension " + std::to_string(v) + " of shape " + shape_it->dump() +
+                     " is too large: its bytes overflow");
       }
       e->info.shape.push_back(static_cast<int64_t>(v));
     }
@@ -101,7 +108,6 @@ class HeaderParser {
                    std::to_string(data_size_) + " bytes)");
     }
     uint64_t need;
-    const uint64_t elem = static_cast<uint64_t>(BlockBytes(e->info.dtype));
     const bool overflow = __builtin_mul_overflow(numel, elem, &need);
     if (overflow || need != e->end - e->begin) {
       return Error(tn + ": " + range + " hold " + std::to_string(e->end - e->begin) +
