@@ -19,10 +19,6 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
 NEEDS = "this tool needs: pip install gguf tokenizers transformers (docs/dev/REFERENCE.md)"
-try:
-    from smollm2 import faithful_tokenizer  # noqa: E402
-except ImportError as e:
-    sys.exit(f"error: {e}; {NEEDS}")
 
 
 def main() -> int:
@@ -44,7 +40,9 @@ def main() -> int:
     if not os.path.exists(a.model):
         print(f"error: {a.model}: no such model (scripts/fetch_model.sh gets it)", file=sys.stderr)
         return 1
-    try:
+    try:  # the reference tokenizer's packages are imported here, so one message covers them all
+        from smollm2 import faithful_tokenizer
+
         tok, _ = faithful_tokenizer(a.model)
     except ImportError as e:
         print(f"error: {e}; {NEEDS}", file=sys.stderr)
