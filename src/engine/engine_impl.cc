@@ -241,6 +241,7 @@ size_t EngineImpl::ReusePrefix(SequenceState& state, std::span<const int32_t> to
   if (common == tokens.size() && common > 0) --common;
   // A policy may have re-arranged old pages; only tail tokens can be dropped.
   if (!state.seq.CanTruncate(static_cast<int64_t>(common))) common = 0;
+  if (state.index) state.index->StopBackground();
   state.seq.Truncate(static_cast<int64_t>(common));
   state.history.resize(common);
   if (common == 0 && state.index) {
@@ -299,6 +300,8 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
     in.attention = staged_.get();
     auto logits = transformer_->Forward(in);
     if (!logits.ok()) {
+      // The index's work on the prompt's pages stops before any page is freed.
+      if (state.index) state.index->StopBackground();
       state.seq.Truncate(start);
       state.history.resize(static_cast<size_t>(start));
       if (state.index) state.index->OnTruncate(state.seq);
@@ -752,6 +755,7 @@ class SessionImpl : public Session {
   }
   const std::vector<int32_t>& history() const override { return state_->history; }
   void Reset() override {
+    if (state_->index) state_->index->StopBackground();
     state_->seq.Truncate(0);
     state_->history.clear();
   }

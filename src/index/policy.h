@@ -77,8 +77,8 @@ class SequenceIndex {
   // will have: the index may start work on pages that will not change before the prompt's
   // OnAppend, in the background, while the next chunks run. It calls `kv_ready` (which waits
   // for the chunks' K/V writes) before it reads any page, and it never changes `seq`; OnAppend,
-  // OnTruncate and the destructor finish or drop that work. The result must not depend on
-  // whether this ran. Default: nothing.
+  // StopBackground, OnTruncate and the destructor finish or drop that work. The result must not
+  // depend on whether this ran. Default: nothing.
   virtual Status OnPrefillChunk(const KvSequence& seq, int64_t prompt_end,
                                 const std::function<void()>& kv_ready) {
     return Status::Ok();
@@ -98,7 +98,13 @@ class SequenceIndex {
   virtual void SelectTokens(const KvSequence& seq, int layer, const float* q,
                             std::span<std::vector<int32_t>> slots, SelectionStats* stats) {}
 
-  // Called after the sequence was truncated (only tail tokens are ever dropped).
+  // Finishes or drops the work OnPrefillChunk started. Call it before the sequence drops tokens
+  // (KvSequence::Truncate): that work reads the sequence's pages and allocates pages from its
+  // pool, so pages freed while it runs could be read and written at once. Default: nothing.
+  virtual void StopBackground() {}
+
+  // Called after the sequence was truncated (only tail tokens are ever dropped), and after
+  // StopBackground.
   virtual void OnTruncate(const KvSequence& seq) {}
 
   // Bytes of index metadata (not K/V).

@@ -129,6 +129,7 @@ TEST(IceCacheAheadTest, APromptCutShortReturnsEveryPage) {
   Prefilled cut = Prefill(&workers, 20);  // the first run written, the prompt not finished
   EXPECT_GE(cut.index->runs_ahead(), 1);
   KvSequence& seq = cut.kv->seq();
+  cut.index->StopBackground();  // as the engine does before it drops tokens
   seq.Truncate(0);
   cut.index->OnTruncate(seq);
   EXPECT_EQ(seq.pool().used(), 0);

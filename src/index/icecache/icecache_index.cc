@@ -526,7 +526,10 @@ void IceCacheIndex::SelectReused(const KvSequence& seq, int layer,
 }
 
 void IceCacheIndex::OnTruncate(const KvSequence& seq) {
-  DropAhead();  // a prompt cut short (its runs' pages may be gone)
+  // The runs laid out ahead read pages the truncation may have freed: StopBackground must have
+  // dropped them before it.
+  ICECACHE_CHECK_MSG(!ahead_thread_.joinable() && ahead_.empty(),
+                     "icecache: StopBackground must come before the sequence drops tokens");
   // Only tail tokens are ever dropped and the trees hold none of them; routes for dropped
   // positions are forgotten.
   for (int l = context_.config.dense_layers; l < context_.layout.n_layers; ++l) {

@@ -69,6 +69,7 @@ class IceCacheIndex : public SequenceIndex {
                         const std::function<void()>& kv_ready) override;
   void Select(const KvSequence& seq, int layer, const float* q, std::span<std::vector<PageRef>> out,
               SelectionStats* stats) override;
+  void StopBackground() override { DropAhead(); }
   void OnTruncate(const KvSequence& seq) override;
   int64_t MemoryBytes() const override;
   int64_t AppendPagesBound(const KvSequence& seq) override;
