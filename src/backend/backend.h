@@ -149,7 +149,10 @@ struct PageMapArgs {
   int capacity = 0;  // slots per row; at least every row's count
   Tensor resident;   // i32 [host pages]: the slot page holding the page, or -1
   Tensor slot_page;  // i32 [slot pages]: the host page a slot holds, or -1
-  Tensor slot_len;   // i32 [slot pages]: that page's token count when it was copied
+  // i32 [slot pages]: that page's token count when it was copied. A copy brings at least those
+  // rows (the CPU exactly those: an index updating beside the step may be writing the rows past
+  // them; the CUDA kernels copy whole pages); a slot's rows past its count are unspecified.
+  Tensor slot_len;
   // i32 [rows + 1 + 2 * rows * stride]: indptr | indices (rows * stride) | lens (rows * stride).
   Tensor table;
   Tensor fetch;  // i32 [rows, 1 + 2 * capacity]: scratch (count, then source/slot pairs)

@@ -962,8 +962,10 @@ TEST(MapPagesTest, SlotsHoldTheSelectedPagesAndRepeatsAreHits) {
         ASSERT_GE(s, (1 + r) * cap);
         ASSERT_LT(s, (2 + r) * cap);
         EXPECT_EQ(table[rows + 1 + rows * stride + table[r] + i], sel_lens[r * stride + i]);
-        EXPECT_EQ(0, std::memcmp(&sk[s * page_elems], &hk[id * page_elems], page_elems * 4));
-        EXPECT_EQ(0, std::memcmp(&sv[s * page_elems], &hv[id * page_elems], page_elems * 4));
+        // The listed rows (a slot's rows past its count are unspecified).
+        const int64_t bytes = int64_t{sel_lens[r * stride + i]} * dim * 4;
+        EXPECT_EQ(0, std::memcmp(&sk[s * page_elems], &hk[id * page_elems], bytes));
+        EXPECT_EQ(0, std::memcmp(&sv[s * page_elems], &hv[id * page_elems], bytes));
         EXPECT_EQ(spos[s * page], hpos[id * page]);
       }
     }
@@ -1002,7 +1004,8 @@ TEST(MapPagesTest, SlotsHoldTheSelectedPagesAndRepeatsAreHits) {
     lookups += sel_count[0] + sel_count[1];
     EXPECT_EQ(c[1] - fetched, 1);
     const int32_t s = table[rows + 1];
-    EXPECT_EQ(0, std::memcmp(&sk[s * page_elems], &hk[changed * page_elems], page_elems * 4));
+    EXPECT_EQ(0, std::memcmp(&sk[s * page_elems], &hk[changed * page_elems],
+                             int64_t{sel_lens[0]} * dim * 4));
   }
 }
 
@@ -1147,7 +1150,8 @@ TEST(MapPagesTest, DeferredPagesAreListedEmptyAndCopiedBehind) {
         } else {
           EXPECT_EQ(len, sel_lens[r * stride + i]);
           EXPECT_EQ(slot_page[s], id);
-          EXPECT_EQ(0, std::memcmp(&sk[s * page_elems], &hk[id * page_elems], page_elems * 4));
+          EXPECT_EQ(0,
+                    std::memcmp(&sk[s * page_elems], &hk[id * page_elems], int64_t{len} * dim * 4));
         }
       }
     }
@@ -1161,8 +1165,8 @@ TEST(MapPagesTest, DeferredPagesAreListedEmptyAndCopiedBehind) {
       for (int i = 0; i < sel_count[r]; ++i) {
         EXPECT_TRUE(current(r, i)) << "step " << step << " row " << r << " entry " << i;
         const int32_t id = sel_ids[r * stride + i];
-        EXPECT_EQ(
-            0, std::memcmp(&sk[resident[id] * page_elems], &hk[id * page_elems], page_elems * 4));
+        EXPECT_EQ(0, std::memcmp(&sk[resident[id] * page_elems], &hk[id * page_elems],
+                                 int64_t{sel_lens[r * stride + i]} * dim * 4));
       }
     }
     deferred_total += deferred;

@@ -181,16 +181,19 @@ void SelectPagesCpu(const PageSelectArgs& a) {
 
 namespace {
 
-// Copies host page `src` (K, V and positions) into slot page `dst`.
-void CopyPage(const PageMapArgs& a, int64_t src, int64_t dst) {
-  const int64_t page_bytes =
-      static_cast<int64_t>(a.host.page_size) * a.host.head_dim * ElemBytes(a.host.dtype);
+// Copies the first `rows` token rows (K, V and positions) of host page `src` into slot page
+// `dst`: the rows the map lists. Rows past them are left alone, since an index updating beside
+// the step may be writing them (SequenceIndex::UpdatesBesideDeviceReads).
+void CopyPage(const PageMapArgs& a, int64_t src, int64_t dst, int32_t rows) {
+  const int64_t n = std::clamp<int64_t>(rows, 0, a.host.page_size);
+  const int64_t row_bytes = static_cast<int64_t>(a.host.head_dim) * ElemBytes(a.host.dtype);
+  const int64_t page_bytes = a.host.page_size * row_bytes;
   std::memcpy(static_cast<char*>(a.slots.k) + dst * page_bytes,
-              static_cast<const char*>(a.host.k) + src * page_bytes, page_bytes);
+              static_cast<const char*>(a.host.k) + src * page_bytes, n * row_bytes);
   std::memcpy(static_cast<char*>(a.slots.v) + dst * page_bytes,
-              static_cast<const char*>(a.host.v) + src * page_bytes, page_bytes);
+              static_cast<const char*>(a.host.v) + src * page_bytes, n * row_bytes);
   std::memcpy(a.slots.positions + dst * a.host.page_size, a.host.positions + src * a.host.page_size,
-              a.host.page_size * sizeof(int32_t));
+              n * sizeof(int32_t));
 }
 
 // MapStage::kCopy: the copies that a kPlace map listed in `fetch` (count, then source/slot
@@ -204,7 +207,7 @@ void CopyListed(const PageMapArgs& a) {
     for (int c = 0; c < n; ++c) {
       const int32_t src = fetch[1 + 2 * c], dst = fetch[2 + 2 * c];
       if (src >= 0 && src < a.host.num_pages && dst >= 0 && dst < a.slots.num_pages) {
-        CopyPage(a, src, dst);
+        CopyPage(a, src, dst, a.slot_len.data_as<const int32_t>()[dst]);  // set by kPlace
       }
     }
   }
@@ -313,7 +316,7 @@ void MapPagesCpu(const PageMapArgs& a) {
         fetch[2 + 2 * c] = slot_of[copies[c]];
       }
     } else {
-      for (int i : copies) CopyPage(a, ids[i], slot_of[i]);
+      for (int i : copies) CopyPage(a, ids[i], slot_of[i], lens[i]);
     }
     if (pending != nullptr) {
       counters[3] += static_cast<int64_t>(copies.size());
