@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # README command 2: the whole test suite. Installs what is missing, builds, fetches the default
 # model, then runs: the unit and integration tests (ctest), the parser/loader/tokenizer tests
-# again under AddressSanitizer + UndefinedBehaviorSanitizer, the libFuzzer targets for a bounded
-# time, and the clang-format check.
+# again under AddressSanitizer + UndefinedBehaviorSanitizer, the index and engine tests under
+# ThreadSanitizer, the libFuzzer targets for a bounded time, and the clang-format check.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 FUZZ_SECONDS="${ICECACHE_FUZZ_SECONDS:-60}"
@@ -22,6 +22,18 @@ ninja -C build-asan -j"$(nproc)" formats_tests tokenizer_tests model_tests
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 for t in formats_tests tokenizer_tests model_tests; do
   ./build-asan/tests/$t --gtest_brief=1
+done
+
+echo "== indexes and engine under ThreadSanitizer (background layout, index updates, pools)"
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DICECACHE_SANITIZE=thread -DICECACHE_BUILD_BENCH=OFF -DICECACHE_CUDA=OFF >/dev/null
+ninja -C build-tsan -j"$(nproc)" core_tests index_tests engine_tests
+# Without address-space randomization where the kernel allows it (ThreadSanitizer's fixed shadow
+# layout can clash with a randomized one); a report fails the stage (exit code 66).
+NOASLR=()
+if setarch "$(uname -m)" -R true 2>/dev/null; then NOASLR=(setarch "$(uname -m)" -R); fi
+for t in core_tests index_tests engine_tests; do
+  "${NOASLR[@]}" ./build-tsan/tests/$t --gtest_brief=1
 done
 
 echo "== fuzzing (${FUZZ_SECONDS}s per target)"
