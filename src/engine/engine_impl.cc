@@ -241,9 +241,7 @@ size_t EngineImpl::ReusePrefix(SequenceState& state, std::span<const int32_t> to
   if (common == tokens.size() && common > 0) --common;
   // A policy may have re-arranged old pages; only tail tokens can be dropped.
   if (!state.seq.CanTruncate(static_cast<int64_t>(common))) common = 0;
-  if (state.index) state.index->StopBackground();
-  state.seq.Truncate(static_cast<int64_t>(common));
-  state.history.resize(common);
+  state.DropTokens(static_cast<int64_t>(common));
   if (common == 0 && state.index) {
     // Start the index over (it may hold state about dropped pages).
     auto fresh = MakeSequenceIndex(IndexFor(state.kv));
@@ -300,10 +298,7 @@ Result<std::vector<float>> EngineImpl::Prefill(SequenceState& state,
     in.attention = staged_.get();
     auto logits = transformer_->Forward(in);
     if (!logits.ok()) {
-      // The index's work on the prompt's pages stops before any page is freed.
-      if (state.index) state.index->StopBackground();
-      state.seq.Truncate(start);
-      state.history.resize(static_cast<size_t>(start));
+      state.DropTokens(start);
       if (state.index) state.index->OnTruncate(state.seq);
       return logits.status();
     }
@@ -754,11 +749,7 @@ class SessionImpl : public Session {
     return engine_->ScoreOn(*state_, request);
   }
   const std::vector<int32_t>& history() const override { return state_->history; }
-  void Reset() override {
-    if (state_->index) state_->index->StopBackground();
-    state_->seq.Truncate(0);
-    state_->history.clear();
-  }
+  void Reset() override { state_->DropTokens(0); }
   Result<std::unique_ptr<Session>> Fork(const KvConfig& kv) override {
     ICECACHE_ASSIGN_OR_RETURN(auto copy, engine_->ForkState(*state_, kv));
     return std::unique_ptr<Session>(new SessionImpl(engine_, std::move(copy)));

@@ -2,6 +2,12 @@
 
 namespace icecache {
 
+void SequenceState::DropTokens(int64_t keep) {
+  if (index) index->StopBackground();
+  seq.Truncate(keep);
+  history.resize(static_cast<size_t>(keep));
+}
+
 void SequenceState::ResetAccounting() {
   acct = KvAccounting();
   acct.ws_start = WorkingSetNow();

@@ -52,6 +52,10 @@ struct SequenceState {
   double prompt_index_s = 0;
 
   bool sparse() const { return index != nullptr; }
+  // Keeps the first `keep` tokens (KV and history): the index's background work stops first
+  // (SequenceIndex::StopBackground), since it may read the pages the truncation frees. The
+  // caller then tells the index (OnTruncate) or replaces it.
+  void DropTokens(int64_t keep);
   // Starts a new accounting period (one request).
   void ResetAccounting();
   // The working set's counters (the device's when it selects there).
