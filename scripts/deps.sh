@@ -3,7 +3,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config git unzip python3 python3-pip
       libopenblas-dev nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libutf8proc-dev
-      libgtest-dev libgmock-dev libbenchmark-dev clang)
+      libgtest-dev libgmock-dev libbenchmark-dev clang clang-format clang-tidy)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

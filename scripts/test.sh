@@ -3,7 +3,7 @@
 # model, then runs: the unit and integration tests (ctest), the parser, loader, tokenizer, CPU
 # backend, index and engine tests again under AddressSanitizer + UndefinedBehaviorSanitizer, the
 # index and engine tests under ThreadSanitizer, the libFuzzer targets for a bounded time, and the
-# clang-format check.
+# clang-tidy (with Clang's thread-safety analysis) and clang-format checks.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 FUZZ_SECONDS="${ICECACHE_FUZZ_SECONDS:-60}"
@@ -40,6 +40,9 @@ done
 
 echo "== fuzzing (${FUZZ_SECONDS}s per target)"
 bash scripts/fuzz.sh "$FUZZ_SECONDS"
+
+echo "== clang-tidy over src/ (bugprone, performance, some readability; thread safety)"
+bash scripts/tidy.sh build
 
 echo "== clang-format"
 files=$(git ls-files '*.h' '*.cc' '*.cu' '*.cuh')

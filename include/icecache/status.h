@@ -105,7 +105,10 @@ class [[nodiscard]] Result {
 // `lhs = value of expr`, or returns its Status from the enclosing function.
 #define ICECACHE_ASSIGN_OR_RETURN(lhs, expr) \
   ICECACHE_ASSIGN_OR_RETURN_IMPL_(ICECACHE_CONCAT_(icecache_res_, __LINE__), lhs, expr)
+// `res` names a variable and `lhs` may declare one: neither can take parentheses.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define ICECACHE_ASSIGN_OR_RETURN_IMPL_(res, lhs, expr) \
   auto res = (expr);                                    \
   if (!res.ok()) return res.status();                   \
   lhs = std::move(res).value()
+// NOLINTEND(bugprone-macro-parentheses)

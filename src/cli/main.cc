@@ -9,7 +9,9 @@
 
 #include "cli/commands.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int Run(int argc, char** argv) {
   using namespace icecache::cli;
   CLI::App app{"IceCache: long-context LLM inference with a tiered, indexed KV cache"};
   app.require_subcommand(1);
@@ -43,6 +45,21 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
+  }
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Anything that escapes a command (the commands' own errors are handled inside Run) ends in
+  // one error line rather than std::terminate.
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "error: unknown exception\n");
   }
   return 1;
 }

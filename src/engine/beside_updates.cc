@@ -117,7 +117,7 @@ Status EngineImpl::FlushPendingUpdates(std::span<SequenceState* const> waiting) 
   if (backend_->device() != Device::kCpu) backend_->Synchronize();
   std::vector<double> took;
   const double t0 = NowSeconds();
-  const Status s = RunIndexUpdates(updates, &took);
+  Status s = RunIndexUpdates(updates, &took);
   const double wall = NowSeconds() - t0;
   ChargeUpdates(updates, took, false);
   std::vector<SequenceState*> charged(waiting.begin(), waiting.end());

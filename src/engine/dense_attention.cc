@@ -64,7 +64,7 @@ Status DenseAttention::Prepare(const StepContext& step) {
   pool_view_ = step.seqs.front()->pool().view();
   positions_ = step.positions;
   row_base_ = step.row_base;
-  const Status st = CanUpdate(step, rows) ? Update(step) : Rebuild(step, rows);
+  Status st = CanUpdate(step, rows) ? Update(step) : Rebuild(step, rows);
   if (!st.ok()) layout_rows_ = -1;  // the device copy may be stale: rebuild next time
   return st;
 }

@@ -204,7 +204,7 @@ Status DeviceSelection::Send(Upload upload) {
   }
   int64_t off = 0;
   auto next = [&](int64_t len) {
-    const Tensor t = dev.Slice(off, off + len);
+    Tensor t = dev.Slice(off, off + len);
     off += len;
     return t;
   };

@@ -272,7 +272,7 @@ Status EngineImpl::AfterForward(SequenceState& state, int64_t first,
   // Indexes read and re-arrange the host tier on the host: wait for the device's KV writes.
   if (backend_->device() != Device::kCpu) backend_->Synchronize();
   const double t0 = NowSeconds();
-  const Status s = state.index->OnAppend(state.seq, first, tokens);
+  Status s = state.index->OnAppend(state.seq, first, tokens);
   const double dt = NowSeconds() - t0;
   state.acct.update_s += dt;  // a prompt's share is dropped with its accounting
   if (!state.acct.step_update_s.empty()) state.acct.step_update_s.back() += dt;  // a step's

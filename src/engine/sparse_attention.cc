@@ -82,7 +82,7 @@ Status SparseAttention::PrepareDeviceSelection() {
   std::vector<double> took(device.size(), 0.0);
   for (size_t i = 0; i < device.size(); ++i) {
     const double t0 = NowSeconds();
-    const Status s = device[i]->device_select->BeginPrepare(device[i]->seq, 1, upload);
+    Status s = device[i]->device_select->BeginPrepare(device[i]->seq, 1, upload);
     took[i] += NowSeconds() - t0;
     if (!s.ok()) return s;
   }

@@ -398,7 +398,7 @@ Status Transformer::QueuePrefetch(int layer, int64_t n, const Tensor& pos_t,
     b.RmsNorm(qh, lw.q_norm, c.norm_eps, qh);
   }
   b.Rope(pos_t, inv_freq_, q);
-  const Status st = prefetch_stop_ == 0 ? attention.Prefetch(layer, q, defer_copy) : Status::Ok();
+  Status st = prefetch_stop_ == 0 ? attention.Prefetch(layer, q, defer_copy) : Status::Ok();
   b.EndSideWork();
   return st;
 }

@@ -202,7 +202,7 @@ Status RunFidelity(EvalContext& ctx, const std::vector<FidelityItem>& items,
     const std::string where =
         fmt::format("{} {} {}", doc.source, FormatLength(item.length), doc.id);
     auto fail = [&](const Status& s, const std::string& what) {
-      return Status(s.code(), where + " " + what + ": " + s.message());
+      return Status(s.code(), fmt::format("{} {}: {}", where, what, s.message()));
     };
     ICECACHE_ASSIGN_OR_RETURN(std::unique_ptr<Session> base, ctx.engine().NewSession(&full));
     const size_t ctx_len = item.tokens.size() - options.steps;

@@ -166,8 +166,9 @@ std::string BudgetPlotSvg(const std::vector<EvalRecord>& records, const BudgetPl
   svg.Text(16, top + ph / 2, spec.y_label, 12, "middle", "#222", -90);
   // Legend: full KV first, then the policies, wrapping into rows.
   auto slot = [&](size_t i) {
+    const size_t row = i / per_row;  // whole rows
     return std::pair<double, double>{left + entry * static_cast<double>(i % per_row),
-                                     top + ph + 62 + 20.0 * static_cast<double>(i / per_row)};
+                                     top + ph + 62 + 20.0 * static_cast<double>(row)};
   };
   const auto [fx, fy] = slot(0);
   svg.Line(fx, fy - 4, fx + 24, fy - 4, "#222", 1.5, "6,4");

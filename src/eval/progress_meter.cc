@@ -1,6 +1,7 @@
 #include "eval/progress_meter.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -21,7 +22,7 @@ ProgressMeter::ProgressMeter(int64_t total_runs, double total_work, Mode mode)
 ProgressMeter::~ProgressMeter() { Finish(); }
 
 std::string ProgressMeter::FormatDuration(double seconds) {
-  const int64_t s = static_cast<int64_t>(std::max(0.0, seconds) + 0.5);
+  const int64_t s = std::llround(std::max(0.0, seconds));
   if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60);
   if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
   return fmt::format("{}s", s);

@@ -2,6 +2,7 @@
 // about one of them, so the answer must be found among near-identical distractors.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <set>
 
 #include <fmt/format.h>
@@ -97,7 +98,7 @@ Result<Sample> MakeQa(const TextCodec& codec, int length, uint64_t seed) {
   ICECACHE_ASSIGN_OR_RETURN(std::vector<int32_t> bare, codec.Encode(Describe(gold, 1, 0)));
   ICECACHE_ASSIGN_OR_RETURN(std::vector<int32_t> rich, codec.Encode(Describe(gold, 1, 3)));
   const double detail = std::max(1.0, (rich.size() - bare.size()) / 3.0);
-  const int per_doc = std::max(1, static_cast<int>(bare.size() / detail + 0.5));
+  const int per_doc = std::max(1, static_cast<int>(std::lround(bare.size() / detail)));
   auto build = [&](int units) {
     const int docs = std::max(1, units / per_doc);
     while (static_cast<int>(towns.size()) < docs) {

@@ -221,7 +221,7 @@ Status KvSequence::CopyFrom(const KvSequence& other, Backend& backend) {
     const int64_t n = static_cast<int64_t>(src.size());
     Tensor src_ids(src.data(), DType::kI32, {n}), dst_ids(dst.data(), DType::kI32, {n});
     if (backend.device() != Device::kCpu) {
-      const Status copied = [&]() -> Status {
+      Status copied = [&]() -> Status {
         ICECACHE_ASSIGN_OR_RETURN(Tensor s_dev, backend.Allocate(DType::kI32, {n}));
         ICECACHE_ASSIGN_OR_RETURN(Tensor d_dev, backend.Allocate(DType::kI32, {n}));
         ICECACHE_RETURN_IF_ERROR(backend.Copy(src_ids, s_dev));

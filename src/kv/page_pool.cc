@@ -26,15 +26,18 @@ Result<std::unique_ptr<PagePool>> PagePool::Create(Backend& backend, const KvLay
   ICECACHE_ASSIGN_OR_RETURN(pool->v_,
                             alloc(layout.dtype, {capacity, layout.page_size, layout.head_dim}));
   ICECACHE_ASSIGN_OR_RETURN(pool->positions_, alloc(DType::kI32, {capacity, layout.page_size}));
-  pool->free_.resize(capacity);
   pool->version_.assign(capacity, 0);
-  // Stack with page 0 on top.
-  std::iota(pool->free_.rbegin(), pool->free_.rend(), 0);
+  {
+    MutexLock lock(&pool->mu_);
+    pool->free_.resize(capacity);
+    // Stack with page 0 on top.
+    std::iota(pool->free_.rbegin(), pool->free_.rend(), 0);
+  }
   return pool;
 }
 
 Result<int32_t> PagePool::Allocate() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (free_.empty()) {
     return ResourceExhausted("out of KV space: all " + std::to_string(capacity_) + " pages of " +
                              std::to_string(layout_.page_size) + " tokens are in use");
@@ -48,17 +51,17 @@ Result<int32_t> PagePool::Allocate() {
 
 void PagePool::Free(int32_t page) {
   ICECACHE_CHECK(page >= 0 && page < capacity_);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   (holding_ ? held_ : free_).push_back(page);
 }
 
 void PagePool::HoldFrees() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   holding_ = true;
 }
 
 void PagePool::ReleaseHeld() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   free_.insert(free_.end(), held_.begin(), held_.end());
   held_.clear();
   holding_ = false;

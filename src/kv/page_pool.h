@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/mutex.h"
 #include "kv/kv_layout.h"
 #include "kv/kv_views.h"
 
@@ -42,7 +42,7 @@ class PagePool {
   void HoldFrees();
   void ReleaseHeld();
   bool holding() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return holding_;
   }
   // Marks a page's contents as changed (copies of it elsewhere are stale).
@@ -53,11 +53,11 @@ class PagePool {
   const KvLayout& layout() const { return layout_; }
   int64_t capacity() const { return capacity_; }
   int64_t used() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return capacity_ - static_cast<int64_t>(free_.size());
   }
   int64_t peak_used() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return peak_used_;
   }
 
@@ -67,18 +67,18 @@ class PagePool {
   // positional pages of all the sequences it admits at their full length; every KvSequence
   // credits back the positional pages its tokens already account for. 0 (the default): none.
   void set_growth_reserve(int64_t pages) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     growth_reserve_ = pages;
   }
   // Called by KvSequence as its length changes (`pages` may be negative).
   void Credit(int64_t pages) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     credited_ += pages;
   }
   // Free pages beyond what the growth reserve still holds back: what optional allocations may
   // take. Thread-safe like used().
   int64_t spare() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const int64_t held =
         growth_reserve_ > 0 ? std::max<int64_t>(0, growth_reserve_ - credited_) : 0;
     return std::max<int64_t>(0, static_cast<int64_t>(free_.size()) - held);
@@ -94,16 +94,16 @@ class PagePool {
   PagePool() = default;
   KvLayout layout_;
   int64_t capacity_ = 0;
-  int64_t peak_used_ = 0;
   bool host_accessible_ = false;
   bool offloaded_ = false;
   Tensor k_, v_, positions_;
-  int64_t growth_reserve_ = 0;
-  int64_t credited_ = 0;
-  mutable std::mutex mu_;  // guards free_, held_, holding_, peak_used_, growth_reserve_, credited_
-  std::vector<int32_t> free_;  // a stack; low ids handed out first
-  std::vector<int32_t> held_;  // freed while holding_
-  bool holding_ = false;
+  mutable Mutex mu_;
+  std::vector<int32_t> free_ ICECACHE_GUARDED_BY(mu_);  // a stack; low ids handed out first
+  std::vector<int32_t> held_ ICECACHE_GUARDED_BY(mu_);  // freed while holding_
+  bool holding_ ICECACHE_GUARDED_BY(mu_) = false;
+  int64_t peak_used_ ICECACHE_GUARDED_BY(mu_) = 0;
+  int64_t growth_reserve_ ICECACHE_GUARDED_BY(mu_) = 0;
+  int64_t credited_ ICECACHE_GUARDED_BY(mu_) = 0;
   std::vector<uint32_t> version_;
 };
 

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <queue>
 
+#include <fmt/format.h>
+
 #include "tokenizer/utf8.h"
 
 namespace icecache::tok {
@@ -48,8 +50,8 @@ Result<std::unique_ptr<BpeModel>> BpeModel::FromMerges(
     const int32_t merged = vocab.Find(a + b);
     if (left < 0 || right < 0 || merged < 0) {
       const std::string& missing = left < 0 ? a : right < 0 ? b : a + b;
-      return Corrupt("merge " + std::to_string(i) + " ('" + a + " " + b + "'): token '" + missing +
-                     "' is not in the vocabulary");
+      return Corrupt(
+          fmt::format("merge {} ('{} {}'): token '{}' is not in the vocabulary", i, a, b, missing));
     }
     // A repeated pair takes its later rank, as in Hugging Face.
     m->merges_[PairKey(left, right)] = {static_cast<int32_t>(i), merged};
@@ -95,7 +97,7 @@ void BpeModel::Encode(std::string_view piece, std::vector<int32_t>& out) const {
     return;
   }
   {
-    std::shared_lock lock(cache_mutex_);
+    ReaderLock lock(&cache_mutex_);
     auto it = cache_.find(piece);
     if (it != cache_.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
@@ -104,7 +106,7 @@ void BpeModel::Encode(std::string_view piece, std::vector<int32_t>& out) const {
   }
   const size_t first = out.size();
   EncodeUncached(piece, out);
-  std::unique_lock lock(cache_mutex_);
+  WriterLock lock(&cache_mutex_);
   if (cache_.size() < kMaxCacheEntries) {
     cache_.emplace(std::string(piece), std::vector<int32_t>(out.begin() + first, out.end()));
   }

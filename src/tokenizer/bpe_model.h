@@ -9,14 +9,13 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "core/mutex.h"
 #include "icecache/status.h"
 #include "tokenizer/vocab.h"
 
@@ -80,8 +79,9 @@ class BpeModel {
   // Word -> ids cache (pieces shorter than kMaxCachedLength).
   static constexpr size_t kMaxCachedLength = 256;
   static constexpr size_t kMaxCacheEntries = 1 << 17;
-  mutable std::shared_mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;
+  mutable SharedMutex cache_mutex_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_
+      ICECACHE_GUARDED_BY(cache_mutex_);
 };
 
 }  // namespace icecache::tok

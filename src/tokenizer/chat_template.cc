@@ -222,8 +222,10 @@ Result<std::string> ChatTemplate::Apply(const std::vector<ChatMessage>& messages
         if ((m.role == "user") != (k % 2 == 0)) return AlternationError(i);
         std::string content = m.content;
         if (k == 0 && has_system) {
-          content = std::string("<<SYS>>\n").append(messages[0].content).append("\n<</SYS>>\n\n") +
-                    content;
+          content = std::string("<<SYS>>\n")
+                        .append(messages[0].content)
+                        .append("\n<</SYS>>\n\n")
+                        .append(content);
         }
         if (m.role == "user") {
           out.append(bos_).append("[INST] ").append(PyStrip(content)).append(" [/INST]");

@@ -89,7 +89,8 @@ class FuseDecoder final : public Decoder {
   void Apply(std::vector<std::string>& tokens, const DecodeMode&) const override {
     std::string all;
     for (const auto& t : tokens) all.append(t);
-    tokens.assign(1, std::move(all));
+    tokens.clear();
+    tokens.push_back(std::move(all));
   }
 };
 

@@ -3,6 +3,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "tokenizer/hf_json_components.h"
 #include "tokenizer/pipeline.h"
 #include "tokenizer/tokenizer.h"
@@ -75,7 +77,8 @@ Status ParseModel(const json& root, PipelineSpec& spec) {
   auto vocab = std::make_shared<tok::Vocab>();
   for (const auto& [text, id] : m["vocab"].items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-      return Corrupt(where + ".vocab[\"" + text + "\"]: expected a non-negative integer id");
+      return Corrupt(
+          fmt::format("{}.vocab[\"{}\"]: expected a non-negative integer id", where, text));
     }
     vocab->Add(id.get<int32_t>(), text);
   }

@@ -69,7 +69,7 @@ class CudaBackend final : public Backend {
   Result<Tensor> AllocateStaging(DType dtype, std::span<const int64_t> shape) override;
   DType activation_dtype() const override { return DType::kBF16; }
   DType default_kv_dtype() const override { return DType::kBF16; }
-  Result<Tensor> PrepareWeight(const Tensor& host_weight) override;
+  Result<Tensor> PrepareWeight(const Tensor& w) override;
   Result<Tensor> PrepareStacked(std::span<const Tensor* const> parts) override;
   void Synchronize() override;
   DeviceMemory device_memory() const override;

@@ -178,7 +178,7 @@ Status IceCacheIndex::OnAppend(KvSequence& seq, int64_t first, std::span<const i
   const int64_t written =
       tokens.empty() ? seq.length() : first + static_cast<int64_t>(tokens.size());
   ICECACHE_CHECK(written <= seq.length());
-  const Status s = Append(seq, written);
+  Status s = Append(seq, written);
   DropAhead();  // runs that no bulk build took
   return s;
 }

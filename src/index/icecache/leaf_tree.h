@@ -123,11 +123,11 @@ class LeafTree {
  private:
   int32_t NewNode(int32_t level);
   float* mutable_centroid(int32_t id) { return centroid_.data() + static_cast<size_t>(id) * dim_; }
-  void SetLeafStats(int32_t node, const float* keys, int n);
-  void RefreshNode(int32_t node);
-  void RefreshUp(int32_t node);
-  // Splits nodes that have more than kFanout children, from `node` up.
-  void SplitOverflow(int32_t node);
+  void SetLeafStats(int32_t id, const float* keys, int n);
+  void RefreshNode(int32_t id);
+  void RefreshUp(int32_t id);
+  // Splits nodes that have more than kFanout children, from `id` up.
+  void SplitOverflow(int32_t id);
 
   int dim_;
   bool search_stats_;
