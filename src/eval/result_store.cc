@@ -1,14 +1,24 @@
 #include "eval/result_store.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include <fmt/format.h>
 
 namespace icecache::eval {
 
 namespace fs = std::filesystem;
+
+ResultStore::Fd::~Fd() {
+  if (fd_ >= 0) close(fd_);
+}
 
 Result<std::unique_ptr<ResultStore>> ResultStore::Open(const std::string& path) {
   std::unique_ptr<ResultStore> store(new ResultStore());
@@ -51,17 +61,41 @@ Result<std::unique_ptr<ResultStore>> ResultStore::Open(const std::string& path) 
     }
     if (store->keys_.insert(r->Key()).second) store->records_.push_back(std::move(*r));
   }
-  store->file_.reset(std::fopen(path.c_str(), "ab"));
-  if (!store->file_) return IoError(path + ": cannot open results file for writing");
+  const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return IoError(fmt::format("{}: cannot open results file for writing: {}", path,
+                               std::generic_category().message(errno)));
+  }
+  store->file_ = std::make_unique<Fd>(fd);
+  store->size_ = static_cast<int64_t>(complete);
   return store;
 }
 
 Status ResultStore::Append(const EvalRecord& record) {
+  if (!file_) return IoError(path_ + ": closed after a write that could not be undone");
   const std::string line = RecordToJson(record) + "\n";
-  if (std::fwrite(line.data(), 1, line.size(), file_.get()) != line.size() ||
-      std::fflush(file_.get()) != 0) {
-    return IoError(path_ + ": write failed");
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = write(file_->get(), line.data() + done, line.size() - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    const int err = n < 0 ? errno : EIO;
+    // Cut the part written back off, so that the next line does not start inside this one.
+    if (done > 0 && ftruncate(file_->get(), size_) != 0) {
+      const int trunc_err = errno;
+      file_.reset();  // appending after the cut-short line would spoil the next one too
+      return IoError(fmt::format(
+          "{}: write failed ({}), and its cut-short line stays at the end (the next run drops "
+          "it): {}",
+          path_, std::generic_category().message(err), std::generic_category().message(trunc_err)));
+    }
+    return IoError(
+        fmt::format("{}: write failed: {}", path_, std::generic_category().message(err)));
   }
+  size_ += static_cast<int64_t>(line.size());
   if (keys_.insert(record.Key()).second) records_.push_back(record);
   return Status::Ok();
 }

@@ -2,7 +2,7 @@
 // them) and every new run is appended and flushed as soon as it completes.
 #pragma once
 
-#include <cstdio>
+#include <cstdint>
 #include <memory>
 #include <set>
 #include <string>
@@ -21,20 +21,34 @@ class ResultStore {
   static Result<std::unique_ptr<ResultStore>> Open(const std::string& path);
 
   bool Has(const std::string& key) const { return keys_.count(key) != 0; }
-  // Appends one line and flushes it to the file.
+  // Appends one line to the file (written through to the operating system, not buffered). A
+  // write that fails part way (a full disk, a file size limit) is cut back off, so the file
+  // keeps exactly the records before it and a later Append or run continues after them. (If
+  // even that fails, the store refuses further appends; the next Open drops the cut-short line.)
   Status Append(const EvalRecord& record);
 
   const std::vector<EvalRecord>& records() const { return records_; }
   const std::string& path() const { return path_; }
 
  private:
-  struct FileCloser {
-    void operator()(std::FILE* f) const { std::fclose(f); }
+  // Owns a file descriptor.
+  class Fd {
+   public:
+    Fd() = default;
+    explicit Fd(int fd) : fd_(fd) {}
+    ~Fd();
+    Fd(const Fd&) = delete;
+    Fd& operator=(const Fd&) = delete;
+    int get() const { return fd_; }
+
+   private:
+    int fd_ = -1;
   };
   ResultStore() = default;
 
   std::string path_;
-  std::unique_ptr<std::FILE, FileCloser> file_;
+  std::unique_ptr<Fd> file_;
+  int64_t size_ = 0;  // bytes of complete lines in the file
   std::vector<EvalRecord> records_;
   std::set<std::string> keys_;
 };

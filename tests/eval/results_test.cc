@@ -1,9 +1,11 @@
 // The results file (append, reopen, repair of a cut-short last line), the summary table and the
 // SVG plots.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -85,6 +87,39 @@ TEST(ResultStoreTest, CutShortLastLineIsDropped) {
   auto again = ResultStore::Open(path);
   ASSERT_TRUE(again.ok()) << again.status().message();
   EXPECT_EQ((*again)->records().size(), 2u);
+}
+
+// A write that fails part way (here the process's file size limit, as a full disk would)
+// returns an error, leaves the records before it intact, and the store goes on appending after
+// them: the next line does not start inside the cut-short one.
+TEST(ResultStoreTest, AFailedWriteLosesNoRecordAndLeavesNoCutShortLine) {
+  const std::string path = icecache::testing::MakeTempDir("store") + "/needle.jsonl";
+  auto s = ResultStore::Open(path);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_TRUE((*s)->Append(Rec("full", 0, 1024, 0, 1, "a")).ok());
+  const uintmax_t before = std::filesystem::file_size(path);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  ASSERT_TRUE(old.rlim_cur == RLIM_INFINITY || old.rlim_cur > before + 40);
+  void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of a signal
+  rlimit small = old;
+  small.rlim_cur = before + 40;  // room for part of the next line only
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  const Status failed = (*s)->Append(Rec("full", 0, 1024, 1, 1, "b"));
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);
+  std::signal(SIGXFSZ, old_handler);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.code(), StatusCode::kIoError);
+  EXPECT_NE(failed.message().find(path), std::string::npos) << failed.message();
+  EXPECT_EQ(std::filesystem::file_size(path), before);  // the part written was cut back off
+  EXPECT_FALSE((*s)->Has(Rec("full", 0, 1024, 1, 1, "b").Key()));
+
+  ASSERT_TRUE((*s)->Append(Rec("full", 0, 1024, 1, 1, "b")).ok());
+  auto again = ResultStore::Open(path);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  ASSERT_EQ((*again)->records().size(), 2u);
+  EXPECT_EQ((*again)->records()[0].id, "a");
+  EXPECT_EQ((*again)->records()[1].id, "b");
 }
 
 TEST(ResultStoreTest, BadMiddleLineIsAnErrorNamingIt) {
