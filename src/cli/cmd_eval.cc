@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <set>
 
@@ -13,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "core/write_file.h"
 #include "eval/fidelity.h"
 #include "eval/generation_runner.h"
 #include "eval/lists.h"
@@ -46,14 +46,6 @@ struct EvalArgs {
   int64_t max_runs = -1;
   std::string progress = "auto";
 };
-
-Status WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.close();
-  if (!f) return IoError(path + ": cannot write");
-  return Status::Ok();
-}
 
 std::string DefaultLengths(const std::string& task) {
   if (task == "needle") return "2K,4K";
@@ -94,7 +86,7 @@ Result<std::vector<std::string>> WritePlots(const std::string& dir, const std::s
       budgets.push_back(r.budget);
   }
   auto write = [&](const std::string& name, const std::string& svg) -> Status {
-    ICECACHE_RETURN_IF_ERROR(WriteFile(dir + "/" + name, svg));
+    ICECACHE_RETURN_IF_ERROR(WriteFileText(dir + "/" + name, svg));
     written.push_back(dir + "/" + name);
     return Status::Ok();
   };
@@ -305,7 +297,7 @@ int Run(const EvalArgs& a) {
   sum.notes = notes;
   const std::string md = SummaryMarkdown(sum);
   const std::string md_path = a.out + "/" + a.task + ".md";
-  if (Status s = WriteFile(md_path, md); !s.ok()) return ReportError(s);
+  if (Status s = WriteFileText(md_path, md); !s.ok()) return ReportError(s);
   auto plots = WritePlots(a.out, a.task, sum.records, planned, info.trained_context);
   if (!plots.ok()) return ReportError(plots.status());
   std::printf("%s", md.c_str());

@@ -1,22 +1,55 @@
 #include "core/write_file.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <system_error>
 
 namespace icecache {
 
+namespace {
+
+std::string Reason(int err) { return std::generic_category().message(err); }
+
+}  // namespace
+
 Status WriteFileBytes(const std::string& path, std::span<const uint8_t> bytes) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) {
-    return IoError(path + ": cannot create: " + std::generic_category().message(errno));
+  // The new contents go to a file of a fresh name in the same folder (a rename is atomic within
+  // one file system), created as a plain create would be (mode 0666 less the umask).
+  static std::atomic<uint64_t> serial{0};
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; fd < 0 && attempt < 16; ++attempt) {
+    tmp = path + ".tmp-" + std::to_string(getpid()) + "-" + std::to_string(serial.fetch_add(1));
+    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) break;
   }
-  const size_t written = std::fwrite(bytes.data(), 1, bytes.size(), f);
-  const int write_errno = errno;
-  if (std::fclose(f) != 0 || written != bytes.size()) {
-    return IoError(path + ": write failed: " + std::generic_category().message(write_errno));
+  if (fd < 0) return IoError(path + ": cannot create: " + Reason(errno));
+  int err = 0;
+  size_t done = 0;
+  while (err == 0 && done < bytes.size()) {
+    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n == 0 || errno != EINTR) {
+      err = n == 0 ? EIO : errno;
+    }
+  }
+  if (close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    unlink(tmp.c_str());
+    return IoError(path + ": write failed: " + Reason(err));
   }
   return Status::Ok();
+}
+
+Status WriteFileText(const std::string& path, std::string_view text) {
+  return WriteFileBytes(
+      path, {reinterpret_cast<const uint8_t*>(text.data()), static_cast<size_t>(text.size())});
 }
 
 }  // namespace icecache

@@ -4,13 +4,17 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "icecache/status.h"
 
 namespace icecache {
 
-// Creates or truncates `path` and writes `bytes` to it. IoError when the file cannot be created
-// or written (a short write or a failed close count as failures).
+// Writes `bytes` as the whole contents of `path`, replacing it at once: the bytes go to a new
+// file beside it, which is renamed over `path` only when completely written. So a failure (a
+// full disk, a bad folder) leaves any earlier `path` as it was, and a reader never sees half a
+// file. IoError names `path` and the system's reason.
 Status WriteFileBytes(const std::string& path, std::span<const uint8_t> bytes);
+Status WriteFileText(const std::string& path, std::string_view text);
 
 }  // namespace icecache

@@ -4,7 +4,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "testing/paths.h"
 #include "testing/run_command.h"
@@ -16,15 +15,8 @@ using testing::CliPath;
 using testing::CommandResult;
 using testing::RunCommand;
 
-std::string Read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 int Lines(const std::string& path) {
-  const std::string t = Read(path);
+  const std::string t = testing::ReadFileText(path);
   return static_cast<int>(std::count(t.begin(), t.end(), '\n'));
 }
 
@@ -59,8 +51,8 @@ TEST_F(EvalCliTest, NeedleWritesResultsTableAndPlots) {
   auto r = RunCommand(Needle(out, "--policies full,icecache --budgets 64"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // 2 lengths x 2 depths x (full, icecache/64).
-  EXPECT_EQ(Lines(out + "/needle.jsonl"), 8) << Read(out + "/needle.jsonl");
-  const std::string md = Read(out + "/needle.md");
+  EXPECT_EQ(Lines(out + "/needle.jsonl"), 8) << testing::ReadFileText(out + "/needle.jsonl");
+  const std::string md = testing::ReadFileText(out + "/needle.md");
   EXPECT_EQ(r.out, md);
   EXPECT_NE(md.find("| policy | budget | 256 | 320 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| full | - |"), std::string::npos) << md;
@@ -70,10 +62,12 @@ TEST_F(EvalCliTest, NeedleWritesResultsTableAndPlots) {
   const std::string cells = md.substr(row, md.find('\n', row) - row);
   EXPECT_EQ(cells.find(" - |", 14), std::string::npos) << cells;
   EXPECT_EQ(r.err.find("not available"), std::string::npos) << r.err;
-  EXPECT_NE(Read(out + "/needle.jsonl").find("\"policy\":\"icecache\""), std::string::npos);
+  EXPECT_NE(testing::ReadFileText(out + "/needle.jsonl").find("\"policy\":\"icecache\""),
+            std::string::npos);
   EXPECT_TRUE(std::filesystem::exists(out + "/needle_heatmap_full.svg"));
   EXPECT_TRUE(std::filesystem::exists(out + "/needle_budget.svg"));
-  EXPECT_NE(Read(out + "/needle.jsonl").find("\"policy\":\"full\""), std::string::npos);
+  EXPECT_NE(testing::ReadFileText(out + "/needle.jsonl").find("\"policy\":\"full\""),
+            std::string::npos);
 }
 
 // A policy written NAME:RANK keeps that label in the tables; its plot's file name has no colon.
@@ -81,9 +75,10 @@ TEST_F(EvalCliTest, PolicyWithARankKeepsItsLabel) {
   const std::string out = testing::MakeTempDir("eval-rank");
   auto r = RunCommand(Needle(out, "--policies full,lychee:centroid --budgets 64"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::string md = Read(out + "/needle.md");
+  const std::string md = testing::ReadFileText(out + "/needle.md");
   EXPECT_NE(md.find("| lychee:centroid | 64 | "), std::string::npos) << md;
-  EXPECT_NE(Read(out + "/needle.jsonl").find("\"policy\":\"lychee:centroid\""), std::string::npos);
+  EXPECT_NE(testing::ReadFileText(out + "/needle.jsonl").find("\"policy\":\"lychee:centroid\""),
+            std::string::npos);
   EXPECT_TRUE(std::filesystem::exists(out + "/needle_heatmap_lychee-centroid_64.svg"));
 }
 
@@ -103,18 +98,20 @@ TEST_F(EvalCliTest, InterruptedRunResumesToTheSameTable) {
   ASSERT_EQ(b2.exit_code, 0) << b2.err;
   EXPECT_NE(b2.err.find("3 runs to do"), std::string::npos) << b2.err;
   EXPECT_EQ(Lines(stopped + "/needle.jsonl"), 4);
-  EXPECT_EQ(Read(stopped + "/needle.md"), Read(once + "/needle.md"));
+  EXPECT_EQ(testing::ReadFileText(stopped + "/needle.md"),
+            testing::ReadFileText(once + "/needle.md"));
 
   // Killed in the middle of writing a line: the partial line is dropped and redone.
   const std::string killed = testing::MakeTempDir("eval-killed");
-  const std::string full = Read(once + "/needle.jsonl");
+  const std::string full = testing::ReadFileText(once + "/needle.jsonl");
   const size_t second_line = full.find('\n') + 1;
   std::ofstream(killed + "/needle.jsonl", std::ios::binary) << full.substr(0, second_line + 40);
   auto c = RunCommand(Needle(killed));
   ASSERT_EQ(c.exit_code, 0) << c.err;
   EXPECT_NE(c.err.find("cut short"), std::string::npos) << c.err;
   EXPECT_EQ(Lines(killed + "/needle.jsonl"), 4);
-  EXPECT_EQ(Read(killed + "/needle.md"), Read(once + "/needle.md"));
+  EXPECT_EQ(testing::ReadFileText(killed + "/needle.md"),
+            testing::ReadFileText(once + "/needle.md"));
   // Greedy decoding is deterministic: the redone runs give the same records (timings aside).
   EXPECT_EQ(c.out, a.out);
 }

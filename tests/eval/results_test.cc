@@ -8,7 +8,6 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "eval/fidelity_metrics.h"
 #include "eval/plots.h"
@@ -39,13 +38,6 @@ EvalRecord Rec(const std::string& policy, int budget, int length, double depth, 
   return r;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 TEST(ResultStoreTest, AppendReopenAndSkip) {
   const std::string path = icecache::testing::MakeTempDir("store") + "/sub/needle.jsonl";
   {
@@ -55,7 +47,7 @@ TEST(ResultStoreTest, AppendReopenAndSkip) {
     ASSERT_TRUE((*s)->Append(Rec("full", 0, 1024, 0.5, 1)).ok());
     ASSERT_TRUE((*s)->Append(Rec("quest", 64, 1024, 0.5, 0)).ok());
     // Flushed: another reader sees both lines before the store closes.
-    const std::string text = ReadAll(path);
+    const std::string text = icecache::testing::ReadFileText(path);
     EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
   }
   auto s = ResultStore::Open(path);
@@ -78,7 +70,7 @@ TEST(ResultStoreTest, CutShortLastLineIsDropped) {
     ASSERT_TRUE((*s)->Append(Rec("full", 0, 1024, 0, 1, "a")).ok());
     ASSERT_TRUE((*s)->Append(Rec("full", 0, 1024, 1, 1, "b")).ok());
   }
-  const std::string text = ReadAll(path);
+  const std::string text = icecache::testing::ReadFileText(path);
   std::filesystem::resize_file(path, text.size() - 20);  // an interrupted write
   auto s = ResultStore::Open(path);
   ASSERT_TRUE(s.ok()) << s.status().message();

@@ -21,10 +21,14 @@ std::string SourceDir() {
 std::string DataPath(const std::string& rel) { return SourceDir() + "/tests/data/" + rel; }
 
 nlohmann::json ReadDataJson(const std::string& rel) {
-  std::ifstream in(DataPath(rel));
+  return nlohmann::json::parse(ReadFileText(DataPath(rel)));
+}
+
+std::string ReadFileText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str());
+  return ss.str();
 }
 
 std::string DefaultModelPath() {

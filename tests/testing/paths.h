@@ -17,5 +17,7 @@ nlohmann::json ReadDataJson(const std::string& rel);
 std::string DefaultModelPath();
 // A fresh empty directory under the system temp dir, unique per call.
 std::string MakeTempDir(const std::string& prefix);
+// The whole contents of a file ("" when it cannot be read).
+std::string ReadFileText(const std::string& path);
 
 }  // namespace icecache::testing
