@@ -1,5 +1,5 @@
 // Embed, RmsNorm, Add, SwiGlu, Rope and WriteKv of the CPU backend against float64 references;
-// ScatterI32 against its definition.
+// ScatterI32 and CopyBlocks against their definitions.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -213,6 +213,28 @@ TEST(CpuScatterI32Test, WritesEachValueAtItsIndexAndNothingElse) {
   for (int i = 0; i < 50; ++i) {
     const auto it = std::find(index.begin(), index.end(), i);
     EXPECT_EQ(got[i], it == index.end() ? -7 : values[it - index.begin()]) << i;
+  }
+}
+
+// Block i goes from src + i * src_pitch to dst + i * dst_pitch; the bytes between blocks stay.
+TEST(CpuCopyBlocksTest, CopiesEachBlockAtItsPitchAndNothingElse) {
+  auto backend = MakeCpuBackend({.threads = 1});
+  const int64_t count = 9, block = 5, src_pitch = 7, dst_pitch = 11;
+  std::vector<uint8_t> src(count * src_pitch);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i + 1);
+  for (bool queued : {false, true}) {
+    std::vector<uint8_t> dst(count * dst_pitch, 0xEE);
+    const Status s =
+        queued
+            ? backend->CopyBlocksQueued(src.data(), dst.data(), count, block, src_pitch, dst_pitch)
+            : backend->CopyBlocks(src.data(), dst.data(), count, block, src_pitch, dst_pitch);
+    ASSERT_TRUE(s.ok()) << s.message();
+    for (int64_t i = 0; i < count; ++i) {
+      for (int64_t b = 0; b < dst_pitch; ++b) {
+        const uint8_t want = b < block ? src[i * src_pitch + b] : 0xEE;
+        ASSERT_EQ(dst[i * dst_pitch + b], want) << "block " << i << " byte " << b;
+      }
+    }
   }
 }
 

@@ -1,9 +1,10 @@
 // CUDA backend ops against the CPU backend: embedding, RMSNorm (plain and fused with the
 // residual add), add, SwiGLU, RoPE (plain and fused with the K/V page write), WriteKv,
-// CopyPages, FillRandom, ScatterI32 (bit-identical) and MatMul on both its paths (GEMV for
-// n <= 4, cuBLASLt above), with bf16 and f32 outputs and biases, and its stacked forms (q/k/v,
-// gate/up + SwiGLU). Inputs are bf16-exact, so differences come from accumulation order and one
-// output rounding: tolerance 1e-2 relative (bf16 out), 1e-4 (f32).
+// CopyPages, CopyBlocks (host <-> device, strided, queued), FillRandom, ScatterI32
+// (bit-identical) and MatMul on both its paths (GEMV for n <= 4, cuBLASLt above), with bf16 and
+// f32 outputs and biases, and its stacked forms (q/k/v, gate/up + SwiGLU). Inputs are bf16-exact,
+// so differences come from accumulation order and one output rounding: tolerance 1e-2 relative
+// (bf16 out), 1e-4 (f32).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -332,6 +333,59 @@ TEST_F(CudaOps, RopeWriteKvAndWriteKvAndCopyPages) {
       ASSERT_EQ(gk[dst[i] * ps * d + e], gk[src[i] * ps * d + e]);
     }
     for (int e = 0; e < ps; ++e) ASSERT_EQ(gp[dst[i] * ps + e], gp[src[i] * ps + e]);
+  }
+}
+
+// CopyBlocks and CopyBlocksQueued, host to device and back, with pitches on both sides that
+// differ from the block size: the blocks land where the CPU backend puts them and the gaps
+// between them keep what they held. The queued copy reads staging memory that is overwritten
+// once its fence has passed, which must not change what arrived.
+TEST_F(CudaOps, CopyBlocksStridedBothWaysAndQueued) {
+  ICECACHE_CUDA_OR_SKIP(gpu);
+  const int64_t count = 37, block = 24, src_pitch = 40, dst_pitch = 32, back_pitch = 48;
+  std::vector<uint8_t> src(count * src_pitch);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
+  const int64_t dst_bytes = count * dst_pitch;
+  // What the CPU backend makes of the same copy over a buffer of 0xEE.
+  std::vector<uint8_t> want(dst_bytes, 0xEE);
+  ASSERT_TRUE(cpu_->CopyBlocks(src.data(), want.data(), count, block, src_pitch, dst_pitch).ok());
+  for (int64_t i = 0; i < count; ++i) {
+    ASSERT_EQ(0, std::memcmp(want.data() + i * dst_pitch, src.data() + i * src_pitch, block));
+  }
+  for (bool queued : {false, true}) {
+    SCOPED_TRACE(queued ? "CopyBlocksQueued" : "CopyBlocks");
+    auto dev = gpu->Allocate(DType::kI32, {dst_bytes / 4});
+    ASSERT_TRUE(dev.ok()) << dev.status().message();
+    std::vector<uint8_t> fill(dst_bytes, 0xEE);
+    ASSERT_TRUE(gpu->CopyBlocks(fill.data(), dev->data(), 1, dst_bytes, dst_bytes, dst_bytes).ok());
+    if (queued) {
+      auto stage = gpu->AllocateStaging(DType::kI32, {count * src_pitch / 4});
+      ASSERT_TRUE(stage.ok()) << stage.status().message();
+      std::memcpy(stage->data(), src.data(), src.size());
+      ASSERT_TRUE(
+          gpu->CopyBlocksQueued(stage->data(), dev->data(), count, block, src_pitch, dst_pitch)
+              .ok());
+      gpu->RecordFence(0);
+      gpu->WaitFence(0);
+      std::memset(stage->data(), 0x11, src.size());  // the copy has run: its source may change
+    } else {
+      ASSERT_TRUE(
+          gpu->CopyBlocks(src.data(), dev->data(), count, block, src_pitch, dst_pitch).ok());
+    }
+    std::vector<uint8_t> got(dst_bytes);
+    ASSERT_TRUE(gpu->CopyBlocks(dev->data(), got.data(), 1, dst_bytes, dst_bytes, dst_bytes).ok());
+    gpu->Synchronize();
+    EXPECT_EQ(got, want);
+    // Device to host with a third pitch: block i back at i * back_pitch, the gaps untouched.
+    std::vector<uint8_t> back(count * back_pitch, 0x5A);
+    ASSERT_TRUE(
+        gpu->CopyBlocks(dev->data(), back.data(), count, block, dst_pitch, back_pitch).ok());
+    gpu->Synchronize();
+    for (int64_t i = 0; i < count; ++i) {
+      ASSERT_EQ(0, std::memcmp(back.data() + i * back_pitch, src.data() + i * src_pitch, block))
+          << "block " << i;
+      for (int64_t b = block; b < back_pitch; ++b) ASSERT_EQ(back[i * back_pitch + b], 0x5A);
+    }
   }
 }
 
