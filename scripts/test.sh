@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # README command 2: the whole test suite. Installs what is missing, builds, fetches the default
-# model, then runs: the unit and integration tests (ctest), the parser, loader, tokenizer, CPU
-# backend, index and engine tests again under AddressSanitizer + UndefinedBehaviorSanitizer, the
-# index and engine tests under ThreadSanitizer, the libFuzzer targets for a bounded time, and the
-# clang-tidy (with Clang's thread-safety analysis) and clang-format checks.
+# model, then runs: the unit and integration tests (ctest); the core, parser, loader, tokenizer,
+# CPU backend, index, engine and eval tests (the eval ones run the CLI built the same way) again
+# under AddressSanitizer + UndefinedBehaviorSanitizer; the core, index and engine tests under
+# ThreadSanitizer; the libFuzzer targets for a bounded time; and the clang-tidy (with Clang's
+# thread-safety analysis) and clang-format checks.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 FUZZ_SECONDS="${ICECACHE_FUZZ_SECONDS:-60}"
@@ -16,10 +17,11 @@ bash scripts/fetch_model.sh
 echo "== unit and integration tests"
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 
-echo "== parsers, loaders, tokenizers, CPU backend, indexes and engine under ASan + UBSan"
+echo "== core, parsers, loaders, tokenizers, CPU backend, indexes, engine and eval under ASan + UBSan"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DICECACHE_SANITIZE=address,undefined -DICECACHE_BUILD_BENCH=OFF -DICECACHE_CUDA=OFF >/dev/null
-ASAN_TESTS="formats_tests tokenizer_tests model_tests backend_tests index_tests engine_tests"
+ASAN_TESTS="core_tests formats_tests tokenizer_tests model_tests backend_tests index_tests engine_tests
+  eval_tests"
 ninja -C build-asan -j"$(nproc)" $ASAN_TESTS
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 for t in $ASAN_TESTS; do
