@@ -63,6 +63,18 @@ TEST(WriteFileTest, AFailedWriteKeepsTheOldFile) {
   EXPECT_EQ(FilesIn(dir), 1);
 }
 
+// A symbolic link is written through (renaming over it would replace the link itself).
+TEST(WriteFileTest, ALinkIsWrittenThroughAndStaysALink) {
+  const std::string dir = testing::MakeTempDir("write_file");
+  const std::string target = dir + "/target.md", link = dir + "/link.md";
+  ASSERT_TRUE(WriteFileText(target, "old").ok());
+  fs::create_symlink(target, link);
+  ASSERT_TRUE(WriteFileText(link, "new contents").ok());
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(testing::ReadFileText(target), "new contents");
+  EXPECT_EQ(FilesIn(dir), 2);
+}
+
 TEST(WriteFileTest, AMissingFolderIsAnErrorNamingThePath) {
   const std::string path = testing::MakeTempDir("write_file") + "/no/such/folder/out.md";
   const Status s = WriteFileText(path, "x");
