@@ -15,20 +15,6 @@ namespace {
 
 std::string Reason(int err) { return std::generic_category().message(err); }
 
-// Writes all of `bytes` to `fd`; 0 or the errno of the failure.
-int WriteAll(int fd, std::span<const uint8_t> bytes) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-    } else if (n == 0 || errno != EINTR) {
-      return n == 0 ? EIO : errno;
-    }
-  }
-  return 0;
-}
-
 // For a path that exists but is no regular file (a link, a device, a pipe): written through, as
 // a plain open would, since renaming over it would replace the link or the device node.
 Status WriteInPlace(const std::string& path, std::span<const uint8_t> bytes) {
@@ -64,6 +50,19 @@ Status WriteFileBytes(const std::string& path, std::span<const uint8_t> bytes) {
     return IoError(path + ": write failed: " + Reason(err));
   }
   return Status::Ok();
+}
+
+int WriteAll(int fd, std::span<const uint8_t> bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n == 0 || errno != EINTR) {
+      return n == 0 ? EIO : errno;
+    }
+  }
+  return 0;
 }
 
 Status WriteFileText(const std::string& path, std::string_view text) {

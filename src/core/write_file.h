@@ -18,4 +18,8 @@ namespace icecache {
 Status WriteFileBytes(const std::string& path, std::span<const uint8_t> bytes);
 Status WriteFileText(const std::string& path, std::string_view text);
 
+// Writes all of `bytes` to the open file descriptor `fd`, retrying short and interrupted writes.
+// Returns 0, or the errno of the write that failed (EIO for one that wrote nothing).
+int WriteAll(int fd, std::span<const uint8_t> bytes);
+
 }  // namespace icecache

@@ -12,12 +12,15 @@
 
 #include <fmt/format.h>
 
+#include "core/write_file.h"
+
 namespace icecache::eval {
 
 namespace fs = std::filesystem;
 
-ResultStore::Fd::~Fd() {
+void ResultStore::Fd::Reset(int fd) {
   if (fd_ >= 0) close(fd_);
+  fd_ = fd;
 }
 
 Result<std::unique_ptr<ResultStore>> ResultStore::Open(const std::string& path) {
@@ -66,27 +69,21 @@ Result<std::unique_ptr<ResultStore>> ResultStore::Open(const std::string& path) 
     return IoError(fmt::format("{}: cannot open results file for writing: {}", path,
                                std::generic_category().message(errno)));
   }
-  store->file_ = std::make_unique<Fd>(fd);
+  store->file_.Reset(fd);
   store->size_ = static_cast<int64_t>(complete);
   return store;
 }
 
 Status ResultStore::Append(const EvalRecord& record) {
-  if (!file_) return IoError(path_ + ": closed after a write that could not be undone");
+  if (file_.get() < 0) return IoError(path_ + ": closed after a write that could not be undone");
   const std::string line = RecordToJson(record) + "\n";
-  size_t done = 0;
-  while (done < line.size()) {
-    const ssize_t n = write(file_->get(), line.data() + done, line.size() - done);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    const int err = n < 0 ? errno : EIO;
-    // Cut the part written back off, so that the next line does not start inside this one.
-    if (done > 0 && ftruncate(file_->get(), size_) != 0) {
+  const int err =
+      WriteAll(file_.get(), {reinterpret_cast<const uint8_t*>(line.data()), line.size()});
+  if (err != 0) {
+    // Cut what was written back off, so that the next line does not start inside this one.
+    if (ftruncate(file_.get(), size_) != 0) {
       const int trunc_err = errno;
-      file_.reset();  // appending after the cut-short line would spoil the next one too
+      file_.Close();  // appending after the cut-short line would spoil the next one too
       return IoError(fmt::format(
           "{}: write failed ({}), and its cut-short line stays at the end (the next run drops "
           "it): {}",

@@ -31,15 +31,16 @@ class ResultStore {
   const std::string& path() const { return path_; }
 
  private:
-  // Owns a file descriptor.
+  // Owns a file descriptor (-1: none).
   class Fd {
    public:
     Fd() = default;
-    explicit Fd(int fd) : fd_(fd) {}
-    ~Fd();
+    ~Fd() { Reset(-1); }
     Fd(const Fd&) = delete;
     Fd& operator=(const Fd&) = delete;
     int get() const { return fd_; }
+    void Reset(int fd);  // closes the one held
+    void Close() { Reset(-1); }
 
    private:
     int fd_ = -1;
@@ -47,7 +48,7 @@ class ResultStore {
   ResultStore() = default;
 
   std::string path_;
-  std::unique_ptr<Fd> file_;
+  Fd file_;
   int64_t size_ = 0;  // bytes of complete lines in the file
   std::vector<EvalRecord> records_;
   std::set<std::string> keys_;
