@@ -36,7 +36,10 @@ int Run(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every other parse error is a usage error, exit status 2 like
+    // an unknown command or a bad combination of options (CLI11's own codes run from 101 up).
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
   }
   try {
     for (const Command& c : commands) {

@@ -192,6 +192,19 @@ TEST(CliBadInputTest, NumbersOutOfRangeSayWhatIsExpected) {
                    "'-1G' is not a size");
 }
 
+// Exit status: 2 for bad usage (flags, values, commands), 1 for a failure while running.
+TEST(CliBadInputTest, UsageErrorsExitTwoAndRunErrorsOne) {
+  for (const std::string& args :
+       {Gen("-p hi --no-such-flag"), Gen("-p hi -n abc"), Gen("-p hi --temp -1"),
+        Gen("-p hi --kv-budget 0"), Gen("-p hi --kv-rank sideways"), Gen(""),
+        CliPath() + " frobnicate", CliPath() + " bench --contexts 64 --no-such-flag"}) {
+    EXPECT_EQ(RunCommand(args).exit_code, 2) << args;
+  }
+  EXPECT_EQ(RunCommand(Gen("-m /nonexistent/model.gguf -p hi")).exit_code, 1);
+  EXPECT_EQ(RunCommand(Gen("--help")).exit_code, 0);
+  EXPECT_EQ(RunCommand(CliPath() + " --version").exit_code, 0);
+}
+
 TEST(CliBadInputTest, MissingPromptFile) {
   ExpectCleanError(RunCommand(Gen("--prompt-file /nonexistent/prompt.txt")), "prompt.txt");
 }
