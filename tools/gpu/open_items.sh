@@ -14,14 +14,14 @@
 #      one layer's products, in cuda_ops_bench);
 #      With --behind, after the defaults: --kv-fetch behind (prefetch off), the deferred pages'
 #      copies beside the rest of the step (CUDA test CudaOffload.FetchBehind* first);
-#   4. 5c: icecache (budget 256, the defaults) at 32K and batch --ice-batch, for the ratio in
-#      one call (0 skips it);
+#   4. 5c: icecache (budget 256, the defaults) at 32K and each batch of --ice-batch ("20 24"),
+#      for the ratio in one call (0 skips it);
 #   5. BM_FetchPages with and without the bulk copies, and where the kernel's mode 0 reads below
 #      --slow-gbs, the 5a command with both fetches (prefetch off).
 # Each step starts only while --deadline seconds (from the start) leave room for it.
 #
 #   tools/gpu/open_items.sh --bundle FILE [--full-batches "30 32"] [--deadline 560]
-#       [--ice-batch 20] [--shares "100 50 30"] [--early | --early-only] [--slow-gbs 40]
+#       [--ice-batch "20 24"] [--shares "100 50 30"] [--early | --early-only] [--slow-gbs 40]
 #       [--chain] [--behind] [--skip-tests] [--skip-5a]
 # On an H100 (80 GB): --full-batches "" --ice-batch 0.
 set -uo pipefail
@@ -110,11 +110,13 @@ done
   grep -HE "time per step|^fetch|prefetch  |side work:" "$OUT"/5a*/*.err
 }
 
-((ICE_BATCH > 0)) && room 200 "icecache batch $ICE_BATCH" && {
-  step "5c: icecache, 32K, budget 256, batch $ICE_BATCH (defaults)"
-  OUT=$OUT/ice bash "$ROOT/tools/gpu/builds_ab.sh" --context 32768 --batch "$ICE_BATCH" \
-    --budget 256 --decode 48 --timeout 190 "icecache-b$ICE_BATCH=$BUNDLE"
-}
+for batch in $ICE_BATCH; do
+  ((batch > 0)) || continue
+  room 200 "icecache batch $batch" || break
+  step "5c: icecache, 32K, budget 256, batch $batch (defaults)"
+  OUT=$OUT/ice-b$batch bash "$ROOT/tools/gpu/builds_ab.sh" --context 32768 --batch "$batch" \
+    --budget 256 --decode 48 --timeout 190 "icecache-b$batch=$BUNDLE"
+done
 
 room 40 "FetchPages" && {
   for bulk in 0 1; do
