@@ -6,7 +6,8 @@
 //   ask_document DOCUMENT "QUESTION" [--model M] [--budget N] [--policies full,icecache,quest]
 //       [--max-tokens N] [--threads N]
 //
-// Exit status: 0 when every policy answered, 1 when something failed, 2 for bad arguments.
+// Exit status: 0 when every policy answered, 2 for bad arguments or input the engine cannot take
+// (a document longer than the context), 1 when something else failed (a missing file).
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -27,9 +28,14 @@ int Usage(const char* why) {
   return 2;
 }
 
+// Input the engine cannot take (a prompt longer than the context, say) exits 2 like a bad
+// argument; any other failure 1.
 int Fail(const std::string& what, const icecache::Status& status) {
   std::fprintf(stderr, "error: %s: %s\n", what.c_str(), status.message().c_str());
-  return 1;
+  const icecache::StatusCode code = status.code();
+  return code == icecache::StatusCode::kInvalidArgument || code == icecache::StatusCode::kOutOfRange
+             ? 2
+             : 1;
 }
 
 // A whole number in [lo, hi], or -1.
@@ -106,6 +112,12 @@ int main(int argc, char** argv) {
       (*engine)->Tokenize(*prompt, /*add_bos=*/false, /*parse_special=*/true);
   if (!tokens.ok()) return Fail("tokenizer", tokens.status());
   if (tokens->size() < 2) return Usage("the prompt is too short");
+  if (static_cast<int64_t>(tokens->size()) >= info.context_size) {
+    return Fail(path, Status(StatusCode::kOutOfRange,
+                             "the prompt is " + std::to_string(tokens->size()) +
+                                 " tokens, which does not fit the context limit of " +
+                                 std::to_string(info.context_size)));
+  }
   std::printf("model: %s, %d layers, %d KV heads; prompt: %zu tokens (context limit %d)\n",
               info.name.c_str(), info.n_layers, info.n_kv_heads, tokens->size(), info.context_size);
 

@@ -67,5 +67,17 @@ TEST(AskDocumentExampleTest, BadArgumentsFailCleanly) {
   EXPECT_NE(file.err.find("/nonexistent.txt"), std::string::npos) << file.err;
 }
 
+TEST(AskDocumentExampleTest, ADocumentLongerThanTheContextExitsTwo) {
+  if (testing::DefaultModelPath().empty()) GTEST_SKIP() << "default model not downloaded";
+  const std::string doc = testing::MakeTempDir("example") + "/long.txt";
+  {
+    std::ofstream out(doc);
+    for (int i = 0; i < 9000; ++i) out << "word ";
+  }
+  const auto r = RunCommand(Example() + " " + doc + " q --threads 1");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("does not fit the context limit"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace icecache
