@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(out->stats.cached_tokens),
                 static_cast<long long>(out->stats.prompt_tokens));
     std::printf(
-        "  decode: %.1f tok/s; attended %.1f of %.0f tokens per (layer, KV head) and step\n",
+        "  decode: %.1f tok/s; attended %.1f of %.1f tokens per (layer, KV head) and step\n",
         out->stats.decode_tokens_per_second, attended, s.context_tokens);
   }
   return 0;
