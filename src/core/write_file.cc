@@ -15,13 +15,19 @@ namespace {
 
 std::string Reason(int err) { return std::generic_category().message(err); }
 
+// WriteAll, then close `fd`: the first errno of the two, or 0.
+int WriteAllAndClose(int fd, std::span<const uint8_t> bytes) {
+  int err = WriteAll(fd, bytes);
+  if (close(fd) != 0 && err == 0) err = errno;
+  return err;
+}
+
 // For a path that exists but is no regular file (a link, a device, a pipe): written through, as
 // a plain open would, since renaming over it would replace the link or the device node.
 Status WriteInPlace(const std::string& path, std::span<const uint8_t> bytes) {
   const int fd = open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
   if (fd < 0) return IoError(path + ": cannot open: " + Reason(errno));
-  int err = WriteAll(fd, bytes);
-  if (close(fd) != 0 && err == 0) err = errno;
+  const int err = WriteAllAndClose(fd, bytes);
   if (err != 0) return IoError(path + ": write failed: " + Reason(err));
   return Status::Ok();
 }
@@ -42,8 +48,7 @@ Status WriteFileBytes(const std::string& path, std::span<const uint8_t> bytes) {
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0) return IoError(path + ": cannot create: " + Reason(errno));
-  int err = WriteAll(fd, bytes);
-  if (close(fd) != 0 && err == 0) err = errno;
+  int err = WriteAllAndClose(fd, bytes);
   if (err == 0 && rename(tmp.c_str(), path.c_str()) != 0) err = errno;
   if (err != 0) {
     unlink(tmp.c_str());
