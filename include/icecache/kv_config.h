@@ -41,6 +41,12 @@ struct KvConfig {
   int reuse_layers = 1;
   // oracle: "page" (best pages by exact max q.k) or "token" (best tokens).
   std::string oracle_unit = "page";
+  // Token oracle: how candidate tokens are ranked. "logit": by their best q.k over the group's
+  // query heads. "mass": by the attention mass they carry, summed over the group's query heads:
+  // sum_g exp(s q_g.k - lse_g), lse_g the exact log-sum-exp of head g's logits over the list, so
+  // the oracle attends the most attention mass any selection with the same sink and window can
+  // (what --kv-recall measures). The page oracle ignores it.
+  std::string oracle_score = "logit";
   // Element type of stored K/V: "auto" (f32 on the CPU, bf16 on GPUs), "f32", "f16", "bf16".
   std::string dtype = "auto";
   // Measure attention-mass recall at every decode step (--kv-recall): the share of the exact

@@ -160,6 +160,12 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
       ->check(PositiveInt());
   app.add_option("--kv-oracle-unit", kv.oracle_unit, "oracle: page or token")
       ->check(CLI::IsMember({"page", "token"}));
+  app.add_option("--kv-oracle-score", kv.oracle_score,
+                 "token oracle: rank tokens by their best q.k (logit) or by the attention mass "
+                 "they carry for the group's query heads (mass: the most mass any selection of "
+                 "the budget attends)")
+      ->check(CLI::IsMember({"logit", "mass"}))
+      ->capture_default_str();
   app.add_option("--kv-dtype", kv.dtype,
                  "stored K/V type: auto (f32 on CPU, bf16 on GPU), f32, f16, bf16")
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}))

@@ -81,6 +81,9 @@ Status KvConfig::Validate() const {
   if (oracle_unit != "page" && oracle_unit != "token") {
     return InvalidArgument("--kv-oracle-unit must be page or token");
   }
+  if (oracle_score != "logit" && oracle_score != "mass") {
+    return InvalidArgument("--kv-oracle-score must be logit or mass");
+  }
   return Status::Ok();
 }
 
@@ -106,6 +109,9 @@ std::string KvConfig::Describe() const {
     d += ", layers share selections in groups of " + std::to_string(reuse_layers);
   }
   if (policy == "oracle") d += ", per " + oracle_unit;
+  if (policy == "oracle" && oracle_unit == "token" && oracle_score == "mass") {
+    d += " by attention mass";
+  }
   return d + ", " + dtype + ")";
 }
 

@@ -1,10 +1,13 @@
 // oracle: exact q.k over every key, the upper bound for any selector. Per page: a page scores
 // the best q.k of its tokens (over the query heads of the GQA group) and the best pages fill
-// the budget. Per token: the best tokens themselves (sink and window tokens always included).
+// the budget. Per token: the best tokens themselves (sink and window tokens always included), by
+// max q.k or (--kv-oracle-score mass) by the attention mass they carry for the group's query heads.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 
+#include "core/check.h"
 #include "index/key_reader.h"
 #include "index/policies.h"
 #include "index/regions.h"
@@ -16,7 +19,9 @@ namespace {
 class OracleIndex : public SequenceIndex {
  public:
   explicit OracleIndex(const IndexContext& c)
-      : c_(c), per_token_(c.config.oracle_unit == "token") {}
+      : c_(c),
+        per_token_(c.config.oracle_unit == "token"),
+        mass_(per_token_ && c.config.oracle_score == "mass") {}
 
   Status OnAppend(KvSequence&, int64_t, std::span<const int32_t>) override { return Status::Ok(); }
   bool token_level() const override { return per_token_; }
@@ -72,6 +77,7 @@ class OracleIndex : public SequenceIndex {
           }
         }
       }
+      if (mass_) MassScores(seq, layer, q, h, keys);
       const size_t room =
           static_cast<size_t>(std::max<int64_t>(0, c_.limits.budget - slots[h].size()));
       const size_t take = std::min(room, cand_.size());
@@ -99,8 +105,53 @@ class OracleIndex : public SequenceIndex {
     return best;
   }
 
+  // --kv-oracle-score mass: replaces each candidate's score by its attention mass summed over the
+  // group's query heads, sum_g exp(s q_g.k - lse_g), lse_g the exact log-sum-exp of head g's
+  // logits over every key of the list (s = 1 / sqrt(dim)). The sink and window are attended
+  // whatever they score, so the best candidates by this score are the selection of greatest
+  // attention mass summed over the group: the best any selector of the budget can do on
+  // attention-mass recall. Candidates come in the order of the list's keys, as below.
+  void MassScores(const KvSequence& seq, int layer, const float* q, int h, KeyReader& keys) {
+    const int d = c_.layout.head_dim, group = Group();
+    const float s = 1.0f / std::sqrt(static_cast<float>(d));
+    const int64_t window_start = std::max<int64_t>(0, seq.length() - c_.limits.window);
+    logits_.clear();  // [key][group], every key of the list
+    candidate_.clear();
+    for (const PageRef& page : seq.pages(layer, h)) {
+      const float* k = keys.Keys(page.id, page.len);
+      const int32_t* pos = keys.Positions(page.id);
+      for (int t = 0; t < page.len; ++t) {
+        for (int g = 0; g < group; ++g) {
+          logits_.push_back(s * Dot(q + static_cast<int64_t>(h * group + g) * d,
+                                    k + static_cast<int64_t>(t) * d, d));
+        }
+        if (!(pos[t] < c_.limits.sink || pos[t] >= window_start)) {
+          candidate_.push_back(static_cast<int64_t>(logits_.size()) - group);
+        }
+      }
+    }
+    lse_.assign(group, 0.0);
+    const int64_t n = static_cast<int64_t>(logits_.size()) / group;
+    for (int g = 0; g < group; ++g) {
+      double top = -std::numeric_limits<double>::infinity(), sum = 0;
+      for (int64_t i = 0; i < n; ++i) top = std::max<double>(top, logits_[i * group + g]);
+      for (int64_t i = 0; i < n; ++i) sum += std::exp(logits_[i * group + g] - top);
+      lse_[g] = top + std::log(sum);
+    }
+    ICECACHE_CHECK(candidate_.size() == cand_.size());
+    for (size_t c = 0; c < cand_.size(); ++c) {
+      double mass = 0;
+      for (int g = 0; g < group; ++g) mass += std::exp(logits_[candidate_[c] + g] - lse_[g]);
+      cand_[c].first = static_cast<float>(mass);
+    }
+  }
+
   IndexContext c_;
   bool per_token_;
+  bool mass_;
+  std::vector<float> logits_;
+  std::vector<int64_t> candidate_;
+  std::vector<double> lse_;
   std::vector<float> scores_;
   std::vector<int32_t> order_;
   std::vector<std::pair<float, int32_t>> cand_;

@@ -171,6 +171,7 @@ TEST(CliBadInputTest, InvalidFlags) {
   ExpectCleanError(RunCommand(CliPath() + " bench --synthetic tiny --contexts 64 --decode 1 "
                                           "--kv-policy lychee --kv-exact --kv-rank spread"),
                    "excludes --kv-rank spread");
+  ExpectCleanError(RunCommand(Gen("-p hi --kv-oracle-score heat")), "--kv-oracle-score");
   ExpectCleanError(RunCommand(Gen("-p hi --kv-route gpu")), "--kv-route");
   ExpectCleanError(
       RunCommand(CliPath() + " bench --synthetic tiny --contexts 64 --decode 1 "

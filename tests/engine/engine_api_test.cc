@@ -141,6 +141,26 @@ TEST_F(EngineApiTest, SearchRadiusOutsideZeroToOneIsAnError) {
   EXPECT_TRUE(Engine::Create(o).ok());
 }
 
+TEST_F(EngineApiTest, OracleScoreIsChecked) {
+  EngineOptions o{.model = *dir_};
+  o.kv.policy = "oracle";
+  o.kv.oracle_unit = "token";
+  o.kv.oracle_score = "loudest";
+  auto bad = Engine::Create(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--kv-oracle-score"), std::string::npos);
+  // Policies other than the token oracle ignore it, as they ignore --kv-oracle-unit: the
+  // fidelity and needle evals run full attention beside the oracle with the same options.
+  for (const char* policy : {"oracle", "full", "icecache"}) {
+    for (const char* score : {"logit", "mass"}) {
+      o.kv.policy = policy;
+      o.kv.oracle_score = score;
+      EXPECT_TRUE(Engine::Create(o).ok()) << policy << " " << score;
+    }
+  }
+}
+
 TEST_F(EngineApiTest, KvOffloadOptionIsChecked) {
   EngineOptions o{.model = *dir_};
   o.kv_offload = "sometimes";
