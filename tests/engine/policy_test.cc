@@ -219,6 +219,9 @@ TEST_F(SelectTest, MassScoredTokenOracleAttendsTheMostAttentionMass) {
       (*mass_index)->SelectTokens(seq, layer, q.data(), mass_slots, &stats);
       for (int h = 0; h < kv_heads; ++h) {
         ASSERT_EQ(mass_slots[h].size(), logit_slots[h].size());
+        // Beyond the sink and window some candidates were chosen; the last slot is one of them.
+        const SelectionLimits lim = LimitsFor(by_mass);
+        ASSERT_GT(mass_slots[h].size(), static_cast<size_t>(lim.sink + lim.window));
         RecallTally logit_mass, mass_mass;
         meter.AddSlots(seq, layer, h, q.data(), group, scale, logit_slots[h], &logit_mass);
         meter.AddSlots(seq, layer, h, q.data(), group, scale, mass_slots[h], &mass_mass);
