@@ -64,20 +64,25 @@ class OracleIndex : public SequenceIndex {
     for (int h = 0; h < c_.layout.n_kv_heads; ++h) {
       slots[h].clear();
       cand_.clear();
+      logits_.clear();
+      candidate_.clear();
       for (const PageRef& page : seq.pages(layer, h)) {
         const float* k = keys.Keys(page.id, page.len);
         const int32_t* pos = keys.Positions(page.id);
         for (int t = 0; t < page.len; ++t) {
           const int32_t slot = page.id * p + t;
+          // --kv-oracle-score mass: every key's logits count toward the normalizers.
+          if (mass_) AppendLogits(q, h, k, t);
           if (pos[t] < c_.limits.sink || pos[t] >= window_start) {
             slots[h].push_back(slot);  // always attended
           } else {
-            cand_.emplace_back(Score(q, h, k, t), slot);
+            if (mass_) candidate_.push_back(static_cast<int64_t>(logits_.size()) - Group());
+            cand_.emplace_back(mass_ ? 0.0f : Score(q, h, k, t), slot);  // mass: MassScores
             stats->keys_scored += Group();
           }
         }
       }
-      if (mass_) MassScores(seq, layer, q, h, keys);
+      if (mass_) MassScores();
       const size_t room =
           static_cast<size_t>(std::max<int64_t>(0, c_.limits.budget - slots[h].size()));
       const size_t take = std::min(room, cand_.size());
@@ -105,31 +110,25 @@ class OracleIndex : public SequenceIndex {
     return best;
   }
 
-  // --kv-oracle-score mass: replaces each candidate's score by its attention mass summed over the
-  // group's query heads, sum_g exp(s q_g.k - lse_g), lse_g the exact log-sum-exp of head g's
-  // logits over every key of the list (s = 1 / sqrt(dim)). The sink and window are attended
-  // whatever they score, so the best candidates by this score are the selection of greatest
-  // attention mass summed over the group: the best any selector of the budget can do on
-  // attention-mass recall. Candidates come in the order of the list's keys, as below.
-  void MassScores(const KvSequence& seq, int layer, const float* q, int h, KeyReader& keys) {
-    const int d = c_.layout.head_dim, group = Group();
+  // The scaled logits s q_g.k (s = 1 / sqrt(dim)) of key t for the group's query heads of KV
+  // head h, appended to logits_ ([key][group]).
+  void AppendLogits(const float* q, int h, const float* k, int t) {
+    const int d = c_.layout.head_dim;
     const float s = 1.0f / std::sqrt(static_cast<float>(d));
-    const int64_t window_start = std::max<int64_t>(0, seq.length() - c_.limits.window);
-    logits_.clear();  // [key][group], every key of the list
-    candidate_.clear();
-    for (const PageRef& page : seq.pages(layer, h)) {
-      const float* k = keys.Keys(page.id, page.len);
-      const int32_t* pos = keys.Positions(page.id);
-      for (int t = 0; t < page.len; ++t) {
-        for (int g = 0; g < group; ++g) {
-          logits_.push_back(s * Dot(q + static_cast<int64_t>(h * group + g) * d,
-                                    k + static_cast<int64_t>(t) * d, d));
-        }
-        if (!(pos[t] < c_.limits.sink || pos[t] >= window_start)) {
-          candidate_.push_back(static_cast<int64_t>(logits_.size()) - group);
-        }
-      }
+    for (int g = 0; g < Group(); ++g) {
+      logits_.push_back(s * Dot(q + static_cast<int64_t>(h * Group() + g) * d,
+                                k + static_cast<int64_t>(t) * d, d));
     }
+  }
+
+  // --kv-oracle-score mass: scores each candidate by its attention mass summed over the group's
+  // query heads, sum_g exp(s q_g.k - lse_g), lse_g the exact log-sum-exp of head g's logits over
+  // every key of the list (logits_; candidate_ holds each candidate's offset in it). The sink and
+  // window are attended whatever they score, so the best candidates by this score are the
+  // selection of greatest attention mass summed over the group: the best any selector of the
+  // budget can do on attention-mass recall.
+  void MassScores() {
+    const int group = Group();
     lse_.assign(group, 0.0);
     const int64_t n = static_cast<int64_t>(logits_.size()) / group;
     for (int g = 0; g < group; ++g) {
