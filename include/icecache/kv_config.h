@@ -37,6 +37,14 @@ struct KvConfig {
   // weights open fewer nodes (0: centroids alone). -1: the default (icecache 0.7, lychee 0.5,
   // lychee with rank spread 0.2).
   float search_radius = -1;
+  // icecache (rank soft): how the tree search scores keys. "logit": by q.k, the best of the
+  // group's query heads. "mass": by the attention mass they carry, each head's q.k less its log
+  // softmax normalizer, estimated from the sink, the window and what the list's previous search
+  // picked (index/icecache/head_norm.h); one more scoring of about a budget of keys per step.
+  std::string search_score = "logit";
+  // icecache (rank soft): leaves the tree search gathers as candidates before it scores their
+  // keys. 0: the pages the budget leaves room for, plus 8.
+  int search_leaves = 0;
   // icecache: consecutive layers that share one tree and one selection (1: no sharing).
   int reuse_layers = 1;
   // oracle: "page" (best pages by exact max q.k) or "token" (best tokens).

@@ -155,6 +155,17 @@ void AddModelOptions(CLI::App& app, ModelOptions* o) {
                  "q), lychee rank auto prunes by q.c + w|q|r (1: its true bound); smaller: "
                  "fewer nodes opened (default: icecache 0.7, lychee 0.5, lychee spread 0.2)")
       ->check(CLI::Range(0.0f, 1.0f));
+  app.add_option("--kv-search-score", kv.search_score,
+                 "icecache (rank soft): score keys by their best q.k (logit) or by the "
+                 "attention mass they carry for the group's query heads (mass: each head's "
+                 "normalizer estimated from the sink, window and the last step's picks)")
+      ->check(CLI::IsMember({"logit", "mass"}))
+      ->capture_default_str();
+  app.add_option("--kv-search-leaves", kv.search_leaves,
+                 "icecache (rank soft): candidate leaves the tree search gathers before "
+                 "scoring their keys (0: the budget's room in pages plus 8)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--kv-reuse-layers", kv.reuse_layers,
                  "icecache: consecutive layers sharing one tree and selection")
       ->check(PositiveInt());

@@ -78,6 +78,15 @@ Status KvConfig::Validate() const {
   if (search_radius != -1 && !(search_radius >= 0.0f && search_radius <= 1.0f)) {
     return InvalidArgument("--kv-search-radius must be in [0, 1]");
   }
+  if (search_score != "logit" && search_score != "mass") {
+    return InvalidArgument("--kv-search-score must be logit or mass, not '" + search_score + "'");
+  }
+  if (policy == "icecache" && search_score == "mass" && (exact || rank == "centroid")) {
+    return InvalidArgument(
+        "--kv-search-score mass is icecache's tree search (rank soft); it excludes " +
+        std::string(exact ? "--kv-exact" : "--kv-rank centroid"));
+  }
+  if (search_leaves < 0) return InvalidArgument("--kv-search-leaves must be >= 0");
   if (oracle_unit != "page" && oracle_unit != "token") {
     return InvalidArgument("--kv-oracle-unit must be page or token");
   }
@@ -104,6 +113,10 @@ std::string KvConfig::Describe() const {
     char w[32];
     std::snprintf(w, sizeof(w), "%g", search_radius);
     d += std::string(", search radius ") + w;
+  }
+  if (policy == "icecache" && searches && search_score == "mass") d += ", scored by mass";
+  if (policy == "icecache" && searches && search_leaves > 0) {
+    d += ", " + std::to_string(search_leaves) + " candidate leaves";
   }
   if (policy == "icecache" && reuse_layers > 1) {
     d += ", layers share selections in groups of " + std::to_string(reuse_layers);

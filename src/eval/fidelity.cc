@@ -234,6 +234,11 @@ Status RunFidelity(EvalContext& ctx, const std::vector<FidelityItem>& items,
         r.metrics["kv_tokens_attended"] = got->score.kv.tokens_attended;
         r.metrics["kv_context_tokens"] = got->score.kv.context_tokens;
       }
+      if (got->score.kv.recall_samples > 0) {  // --kv-recall, over the teacher-forced steps
+        r.metrics["recall_mean"] = got->score.kv.recall_mean;
+        r.metrics["recall_p10"] = got->score.kv.recall_p10;
+        r.metrics["recall_min"] = got->score.kv.recall_min;
+      }
       ICECACHE_RETURN_IF_ERROR(ctx.Save(r));
       progress.Advance((options.steps + options.gen_tokens) * kDecodeWork,
                        where + " " + run.Label());

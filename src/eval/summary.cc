@@ -130,10 +130,15 @@ std::string CutNote(const std::vector<EvalRecord>& records) {
 }
 
 std::string FidelityTable(const SummaryInput& in, const std::vector<Config>& configs) {
-  std::string out =
+  // The attention-mass recall columns appear when the runs measured it (--kv-recall).
+  const bool recall = std::any_of(in.records.begin(), in.records.end(), [](const EvalRecord& r) {
+    return r.metrics.count("recall_mean") > 0;
+  });
+  std::string out = fmt::format(
       "| policy | budget | length | KL(full‖policy) mean | KL max | top-1 agreement | ppl policy "
-      "| ppl full | first divergence | n |\n"
-      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+      "| ppl full | first divergence | n |{}\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |{}\n",
+      recall ? " recall mean | recall p10 |" : "", recall ? " --- | --- |" : "");
   const std::vector<int> lengths = Lengths(in.records);
   for (const Config& c : configs) {
     const std::string budget = c.first == "full" ? "-" : std::to_string(c.second);
@@ -155,6 +160,13 @@ std::string FidelityTable(const SummaryInput& in, const std::vector<Config>& con
           c.first, budget, LengthHeader(l, in.trained_context), m["kl_mean"].value(),
           m["kl_max"].value(), m["top1_agreement"].value(), m["ppl"].value(), m["ppl_full"].value(),
           m["first_divergence"].value(), m["gen_tokens"].value(), n);
+      if (recall) {
+        out.pop_back();  // the row's newline
+        out += m["recall_mean"].n > 0
+                   ? fmt::format(" {:.4f} | {:.3f} |\n", m["recall_mean"].value(),
+                                 m["recall_p10"].value())
+                   : " - | - |\n";
+      }
     }
   }
   return out;
@@ -206,7 +218,9 @@ std::string SummaryMarkdown(const SummaryInput& in) {
         "(nats, mean and max over steps), top-1 agreement with full KV, perplexity of the "
         "true tokens; free generation: greedy tokens equal to full KV's before the first "
         "difference. Full KV against its own reference checks the harness: it must show KL 0 "
-        "and agreement 1.\n\n";
+        "and agreement 1. With --kv-recall, the share of the exact softmax mass on the attended "
+        "tokens over the teacher-forced steps (mean, and the mean of each run's 10th "
+        "percentile).\n\n";
     out += FidelityTable(in, configs);
   } else {
     out +=

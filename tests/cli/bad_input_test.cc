@@ -172,6 +172,10 @@ TEST(CliBadInputTest, InvalidFlags) {
                                           "--kv-policy lychee --kv-exact --kv-rank spread"),
                    "excludes --kv-rank spread");
   ExpectCleanError(RunCommand(Gen("-p hi --kv-oracle-score heat")), "--kv-oracle-score");
+  ExpectCleanError(RunCommand(Gen("-p hi --kv-search-score heat")), "--kv-search-score");
+  ExpectCleanError(RunCommand(Gen("-p hi --kv-search-leaves -3")), "--kv-search-leaves");
+  ExpectCleanError(RunCommand(Gen("-p hi --kv-policy icecache --kv-exact --kv-search-score mass")),
+                   "excludes --kv-exact");
   ExpectCleanError(RunCommand(Gen("-p hi --kv-route gpu")), "--kv-route");
   ExpectCleanError(
       RunCommand(CliPath() + " bench --synthetic tiny --contexts 64 --decode 1 "

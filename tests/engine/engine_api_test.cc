@@ -161,6 +161,27 @@ TEST_F(EngineApiTest, OracleScoreIsChecked) {
   }
 }
 
+TEST_F(EngineApiTest, SearchScoreIsChecked) {
+  EngineOptions o{.model = *dir_};
+  o.kv.policy = "icecache";
+  o.kv.search_score = "loudest";
+  auto bad = Engine::Create(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--kv-search-score"), std::string::npos);
+  o.kv.search_score = "mass";
+  o.kv.rank = "centroid";
+  bad = Engine::Create(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("excludes --kv-rank centroid"), std::string::npos);
+  o.kv.rank = "auto";
+  o.kv.search_leaves = -1;
+  bad = Engine::Create(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--kv-search-leaves"), std::string::npos);
+  o.kv.search_leaves = 100;
+  EXPECT_TRUE(Engine::Create(o).ok());
+}
+
 TEST_F(EngineApiTest, KvOffloadOptionIsChecked) {
   EngineOptions o{.model = *dir_};
   o.kv_offload = "sometimes";

@@ -148,6 +148,32 @@ TEST_F(EvalCliTest, RulerLevalAndFidelityRun) {
   EXPECT_NE(leval.out.find("512: 1 of 1 samples cut"), std::string::npos) << leval.out;
 }
 
+// With --kv-recall the fidelity runs also measure attention-mass recall over the teacher-forced
+// steps: exactly 1 for full KV, below 1 for a budget far under the context.
+TEST_F(EvalCliTest, FidelityMeasuresRecallWhenAsked) {
+  const std::string out = testing::MakeTempDir("eval-recall");
+  auto fid = RunCommand(CliPath() +
+                        " eval fidelity -m default --lengths 512 --steps 16 --gen-tokens 0 "
+                        "--limit 1 --policies full,streaming --budgets 64 --kv-recall --out " +
+                        out);
+  ASSERT_EQ(fid.exit_code, 0) << fid.err;
+  EXPECT_NE(fid.out.find("| recall mean | recall p10 |"), std::string::npos) << fid.out;
+  const size_t full = fid.out.find("| full | - | 512 |");
+  ASSERT_NE(full, std::string::npos) << fid.out;
+  const std::string full_row = fid.out.substr(full, fid.out.find('\n', full) - full);
+  EXPECT_NE(full_row.find("| 1.0000 | 1.000 |"), std::string::npos) << full_row;
+  std::ifstream jsonl(out + "/fidelity.jsonl");
+  std::string line, streaming;
+  while (std::getline(jsonl, line)) {
+    if (line.find("\"policy\":\"streaming\"") != std::string::npos) streaming = line;
+  }
+  const size_t at = streaming.find("\"recall_mean\":");
+  ASSERT_NE(at, std::string::npos) << streaming;
+  const double recall = std::stod(streaming.substr(at + 14));
+  EXPECT_GT(recall, 0.0);
+  EXPECT_LT(recall, 1.0);
+}
+
 TEST(EvalCliBadInputTest, BadTaskFileNamesTheLine) {
   const std::string dir = testing::MakeTempDir("eval-bad");
   const std::string path = dir + "/mine.jsonl";

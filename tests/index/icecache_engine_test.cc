@@ -91,10 +91,17 @@ TEST_F(IceCacheEngineTest, BudgetCoveringContextEqualsQuestBitForBit) {
 
 TEST_F(IceCacheEngineTest, SmallBudgetsAttendWithinBudgetAndSampleDeterministically) {
   const std::vector<int32_t> context = Tokens(400, 3), continuation = Tokens(24, 4);
-  for (int mode = 0; mode < 3; ++mode) {
-    SCOPED_TRACE(mode == 0 ? "best-first" : mode == 1 ? "exact" : "best-first, reuse_layers 2");
+  for (int mode = 0; mode < 4; ++mode) {
+    SCOPED_TRACE(mode == 0   ? "best-first"
+                 : mode == 1 ? "exact"
+                 : mode == 2 ? "best-first, reuse_layers 2"
+                             : "best-first by mass, 100 candidate leaves");
     KvConfig kv = IcePolicy(64, mode == 1);
     if (mode == 2) kv.reuse_layers = 2;
+    if (mode == 3) {
+      kv.search_score = "mass";
+      kv.search_leaves = 100;
+    }
     auto engine = MakeEngine(*dir_, kv);
     auto got = engine->Score({context, continuation, false});
     ASSERT_TRUE(got.ok()) << got.status().message();

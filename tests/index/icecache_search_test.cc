@@ -146,18 +146,22 @@ TEST(IceCacheSearchTest, ExactModeEqualsExhaustiveScoringByBoundOnRandomKeys) {
   ExpectExactEqualsExhaustive(RandomKeys{kDim}, 6, /*expect_pruning=*/false);
 }
 
-// Exact best q.k of a leaf page, computed as the index does (DotF, max over the group).
+// Exact best q.k of a leaf page, computed as the index does (DotF, max over the group), each
+// head's q.k less its shift where one is given (mass scoring).
 class TestScorer : public LeafScorer {
  public:
-  TestScorer(const KvSequence& seq, int layer, int head, int32_t first_leaf, const float* q)
-      : seq_(seq), layer_(layer), head_(head), first_leaf_(first_leaf), q_(q) {}
+  TestScorer(const KvSequence& seq, int layer, int head, int32_t first_leaf, const float* q,
+             const float* shift = nullptr)
+      : seq_(seq), layer_(layer), head_(head), first_leaf_(first_leaf), q_(q), shift_(shift) {}
   float Score(int32_t leaf) override {
     const PageRef& p = seq_.pages(layer_, head_)[first_leaf_ + leaf];
     const std::vector<float> k = PageKeys(seq_, p);
     float best = -std::numeric_limits<float>::infinity();
     for (int t = 0; t < p.len; ++t) {
-      for (int g = 0; g < kGroup; ++g)
-        best = std::max(best, DotF(q_ + g * kDim, &k[t * kDim], kDim));
+      for (int g = 0; g < kGroup; ++g) {
+        const float shift = shift_ != nullptr ? shift_[g] : 0.0f;
+        best = std::max(best, DotF(q_ + g * kDim, &k[t * kDim], kDim) - shift);
+      }
     }
     return best;
   }
@@ -167,10 +171,12 @@ class TestScorer : public LeafScorer {
   int layer_, head_;
   int32_t first_leaf_;
   const float* q_;
+  const float* shift_;
 };
 
 // With every leaf a candidate, the best-bound-first scoring picks exactly what scoring every leaf
-// exactly picks, while scoring fewer keys; whatever the radius weight that orders the descent.
+// exactly picks, while scoring fewer keys; whatever the radius weight that orders the descent,
+// and with per-head shifts (mass scoring: the bounds, shifted alike, still cap the scores).
 TEST(IceCacheSearchTest, BestFirstSearchScoresLeavesBestBoundFirstWithoutChangingThePicks) {
   const IceSetup s = MakeSetup();
   const KvConfig kv = IceConfig(96, kPage);
@@ -185,8 +191,12 @@ TEST(IceCacheSearchTest, BestFirstSearchScoresLeavesBestBoundFirstWithoutChangin
     const int layer = trial % kLayers, head = (trial / kLayers) % kKvHeads;
     const LeafTree& tree = index->tree(layer, head);
     std::vector<float> q = QueryFor(h->seq(), layer, head, trial % 4 != 0, rng);
-    const TreeQuery query{q.data(), kGroup, kDim};
-    TestScorer scorer(h->seq(), layer, head, index->sink_pages(), q.data());
+    // Odd trials shift the heads apart, by more than their q.k differ.
+    std::vector<float> shift(kGroup);
+    for (float& v : shift) v = 8.0f * rng.Normal();
+    TreeQuery query{q.data(), kGroup, kDim};
+    if (trial % 2 == 1) query.shift = shift.data();
+    TestScorer scorer(h->seq(), layer, head, index->sink_pages(), q.data(), query.shift);
     const std::vector<LooseUnit> loose = {{rng.Normal() * 10, 5}, {rng.Normal() * 10, 8}};
     const int64_t tokens = 40 + rng.Below(100), room = 6 + rng.Below(10);
     std::vector<Pick> got;

@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/env_switch.h"
 #include "core/thread_pool.h"
+#include "index/icecache/head_norm.h"
 #include "index/icecache/list_layout.h"
 #include "index/icecache/mips.h"
 #include "index/key_reader.h"
@@ -24,6 +25,7 @@ namespace {
 
 // The soft maximum of q.k over `n` keys and the group's query heads: the log-mean-exp of the
 // softmax logits s q.k (s = 1 / sqrt(dim)), in q.k units: (log sum exp(s q_g.k_t) - log(n G)) / s.
+// With the query's shift (mass scoring), each head's q.k less its normalizer: the mean mass.
 // It ranks units by the softmax mass per token they add (what attention-mass recall counts;
 // the best single key ranks a page full of near-best keys below one lucky key), and it is at
 // most the best q.k, so every bound of the tree still caps it. The products go through a small
@@ -42,7 +44,8 @@ float SoftScore(const TreeQuery& query, const float* keys, int n) {
     for (int i = 0; i < count; ++i) {
       const int t = (first + i) / query.group, g = (first + i) % query.group;
       dots[i] = DotF(query.q + static_cast<size_t>(g) * query.dim,
-                     keys + static_cast<size_t>(t) * query.dim, query.dim);
+                     keys + static_cast<size_t>(t) * query.dim, query.dim) -
+                ShiftOf(query, g);
       top = std::max(top, dots[i]);
     }
     if (top > best) {
@@ -82,8 +85,8 @@ IceCacheIndex::IceCacheIndex(const IndexContext& context)
 }
 
 SearchWidth IceCacheIndex::Width(const KvConfig& config, int64_t pages) {
-  return {config.ResolvedSearchRadius(),
-          static_cast<int>(std::min<int64_t>(pages + kExtraLeaves, 1 << 30))};
+  const int64_t leaves = config.search_leaves > 0 ? config.search_leaves : pages + kExtraLeaves;
+  return {config.ResolvedSearchRadius(), static_cast<int>(std::min<int64_t>(leaves, 1 << 30))};
 }
 
 IceCacheIndex::~IceCacheIndex() { DropAhead(); }
@@ -414,7 +417,7 @@ void IceCacheIndex::RecordPositions(const ListRegions& r, const std::vector<Page
 }
 
 void IceCacheIndex::SearchHead(const KvSequence& seq, int layer, int h, const float* qh,
-                               std::vector<PageRef>* out, HeadScratch* s) const {
+                               std::vector<PageRef>* out, HeadScratch* s) {
   const int d = context_.layout.head_dim;
   const int group = context_.n_heads / context_.layout.n_kv_heads;
   const SelectionLimits& lim = context_.limits;
@@ -426,7 +429,12 @@ void IceCacheIndex::SearchHead(const KvSequence& seq, int layer, int h, const fl
   const bool indexed = Indexed(layer) && st.started;
   static const LeafTree kEmpty;
   const LeafTree& tree = indexed ? st.tree : kEmpty;
-  const TreeQuery query{qh, group, d};
+  TreeQuery query{qh, group, d};
+  const bool mass = indexed && !context_.config.exact && context_.config.search_score == "mass";
+  if (mass) {
+    MassShift(seq, layer, h, r, query, s);
+    query.shift = s->shift.data();
+  }
   // Loose pages: tail pages older than the window that are in no leaf yet.
   const int32_t tail = seq.tail_index(layer, h);
   const int32_t loose_begin = std::max(r.sink_end, indexed ? tail : 0);
@@ -441,12 +449,53 @@ void IceCacheIndex::SearchHead(const KvSequence& seq, int layer, int h, const fl
     BestFirstSelect(tree, query, Width(context_.config, page_room), s->loose, tokens, page_room,
                     scorer, &s->search, &s->picks, &s->stats);
   }
+  if (mass) RecordGain(seq, layer, h, query, s);
   std::vector<PageRef>& o = *out;
   for (int32_t i = 0; i < r.sink_end; ++i) o.push_back(pages[i]);
   for (const Pick& pick : s->picks) {
     o.push_back(pick.loose ? pages[s->loose_page[pick.id]] : pages[sink_pages_ + pick.id]);
   }
   for (int32_t i = r.window_begin; i < r.end; ++i) o.push_back(pages[i]);
+}
+
+void IceCacheIndex::MassShift(const KvSequence& seq, int layer, int h, const ListRegions& r,
+                              const TreeQuery& query, HeadScratch* s) const {
+  const std::vector<PageRef>& pages = seq.pages(layer, h);
+  KeyReader reader(seq.pool().view());
+  s->sink_window.Reset(query.group);
+  auto add = [&](int32_t i) {
+    s->sink_window.Add(query, reader.Keys(pages[i].id, pages[i].len), pages[i].len);
+    s->stats.keys_scored += static_cast<int64_t>(pages[i].len) * query.group;
+  };
+  for (int32_t i = 0; i < r.sink_end; ++i) add(i);
+  for (int32_t i = r.window_begin; i < r.end; ++i) add(i);
+  const std::vector<float>& gain = state(layer, h).pick_gain;
+  s->shift.assign(query.group, 0.0f);
+  for (int g = 0; g < query.group; ++g) {
+    if (s->sink_window.empty(g)) continue;
+    s->shift[g] = s->sink_window.LogZ(g, query.dim) +
+                  (static_cast<int>(gain.size()) == query.group ? gain[g] : 0.0f);
+  }
+}
+
+void IceCacheIndex::RecordGain(const KvSequence& seq, int layer, int h, const TreeQuery& query,
+                               HeadScratch* s) {
+  const std::vector<PageRef>& pages = seq.pages(layer, h);
+  KeyReader reader(seq.pool().view());
+  const TreeQuery plain{query.q, query.group, query.dim};
+  s->picked.Reset(query.group);
+  for (const Pick& pick : s->picks) {
+    const PageRef& p = pick.loose ? pages[s->loose_page[pick.id]] : pages[sink_pages_ + pick.id];
+    s->picked.Add(plain, reader.Keys(p.id, p.len), p.len);
+    s->stats.keys_scored += static_cast<int64_t>(p.len) * query.group;
+  }
+  std::vector<float>& gain = state(layer, h).pick_gain;
+  gain.assign(query.group, 0.0f);
+  for (int g = 0; g < query.group; ++g) {
+    if (s->sink_window.empty(g) || s->picked.empty(g)) continue;
+    const float base = s->sink_window.LogZ(g, query.dim);
+    gain[g] = LogAddExp(base, s->picked.LogZ(g, query.dim), query.dim) - base;
+  }
 }
 
 bool IceCacheIndex::SelectAllIfCovered(const KvSequence& seq, int layer, int head,

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "index/centroid_rank.h"
+#include "index/icecache/head_norm.h"
 #include "index/icecache/leaf_tree.h"
 #include "index/icecache/list_layout.h"
 #include "index/icecache/tree_search.h"
@@ -109,6 +110,9 @@ class IceCacheIndex : public SequenceIndex {
     LeafTree tree;
     bool started = false;  // sink pages left the tail; pages before the tail are leaves
     std::map<int64_t, int32_t> routes;  // AcceptRoutes: token position -> list entry
+    // Mass scoring: per query head, how much the last search's picks added to the sink and
+    // window's log-sum-exp (head_norm.h); empty before the first.
+    std::vector<float> pick_gain;
   };
   bool Indexed(int layer) const { return layer >= context_.config.dense_layers; }
   const ListState& state(int layer, int head) const {
@@ -148,9 +152,20 @@ class IceCacheIndex : public SequenceIndex {
                           std::vector<PageRef>* out) const;
   // One KV head's tree search (BestFirstSelect, or ExactSelect in exact mode), with its own scratch
   // and stats so that heads can search on different threads.
-  using HeadScratch = HeadSearchScratch<SearchScratch>;
+  struct HeadScratch : HeadSearchScratch<SearchScratch> {
+    HeadLse sink_window, picked;  // mass scoring's log-sum-exps
+    std::vector<float> shift;     // [group]: the query's shift (TreeQuery::shift)
+  };
+  // Writes only the list's own state (its pick gain): heads search on different threads.
   void SearchHead(const KvSequence& seq, int layer, int h, const float* qh,
-                  std::vector<PageRef>* out, HeadScratch* s) const;
+                  std::vector<PageRef>* out, HeadScratch* s);
+  // Mass scoring (head_norm.h): each head's estimated normalizer into s->shift, from the sink
+  // and window and the list's last pick gain.
+  void MassShift(const KvSequence& seq, int layer, int h, const ListRegions& r,
+                 const TreeQuery& query, HeadScratch* s) const;
+  // After the search: how much s->picks add to the sink and window's log-sum-exp per head, kept
+  // as the list's pick gain for its next search.
+  void RecordGain(const KvSequence& seq, int layer, int h, const TreeQuery& query, HeadScratch* s);
   // Scores pages [begin, end) of a list (loose pages: in no leaf yet) into s->loose /
   // s->loose_page: by their ball's bound in exact mode, else exactly.
   void ScoreLoose(const std::vector<PageRef>& pages, int32_t begin, int32_t end,

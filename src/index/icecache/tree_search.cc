@@ -97,7 +97,8 @@ void BestFirstSelect(const LeafTree& tree, const TreeQuery& query, const SearchW
                           std::sqrt(2.0f * std::log(static_cast<float>(std::max(2, n.count))));
       for (int g = 0; g < query.group; ++g) {
         const float qc =
-            DotF(query.q + static_cast<size_t>(g) * query.dim, tree.centroid(id), query.dim);
+            DotF(query.q + static_cast<size_t>(g) * query.dim, tree.centroid(id), query.dim) -
+            ShiftOf(query, g);
         // The spread of the node's keys along q_g: sqrt(sum_j q_gj^2 var_j).
         const float spread =
             std::sqrt(std::max(0.0f, DotF(scratch->q_sq.data() + static_cast<size_t>(g) * query.dim,
@@ -106,7 +107,8 @@ void BestFirstSelect(const LeafTree& tree, const TreeQuery& query, const SearchW
         // out in the query's direction is a real score, which the estimate alone would miss in a
         // node whose other keys look elsewhere.
         const float qf =
-            DotF(query.q + static_cast<size_t>(g) * query.dim, tree.far_key(id), query.dim);
+            DotF(query.q + static_cast<size_t>(g) * query.dim, tree.far_key(id), query.dim) -
+            ShiftOf(query, g);
         key = std::max(key, std::max(qc + reach * spread, qf));
         bound = std::max(bound, qc + scratch->q_norm[g] * n.radius);
       }

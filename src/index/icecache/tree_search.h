@@ -47,7 +47,15 @@ struct TreeQuery {
   const float* q = nullptr;  // [group][dim]: the query heads of one KV head
   int group = 1;
   int dim = 0;
+  // [group], or null: subtracted from each query head's q.k wherever BestFirstSelect and the
+  // scorers compare heads (each head's log softmax normalizer in q.k units, head_norm.h), so
+  // that scores rank by attention mass. ExactSelect does not read it.
+  const float* shift = nullptr;
 };
+
+inline float ShiftOf(const TreeQuery& query, int g) {
+  return query.shift != nullptr ? query.shift[g] : 0.0f;
+}
 
 // Loose units (score, tokens; pages is 1) and picks (a leaf id, or an index into the loose units)
 // are lychee's.
