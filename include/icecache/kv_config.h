@@ -41,6 +41,7 @@ struct KvConfig {
   // group's query heads. "mass": by the attention mass they carry, each head's q.k less its log
   // softmax normalizer, estimated from the sink, the window and what the list's previous search
   // picked (index/icecache/head_norm.h); one more scoring of about a budget of keys per step.
+  // More recall, but it lost needles the default keeps (docs/ACCURACY.md).
   std::string search_score = "logit";
   // icecache (rank soft): leaves the tree search gathers as candidates before it scores their
   // keys. 0: the pages the budget leaves room for, plus 8.
