@@ -114,9 +114,9 @@ std::string KvConfig::Describe() const {
     std::snprintf(w, sizeof(w), "%g", search_radius);
     d += std::string(", search radius ") + w;
   }
-  if (policy == "icecache" && searches && search_score == "mass") d += ", scored by mass";
-  if (policy == "icecache" && searches && search_leaves > 0) {
-    d += ", " + std::to_string(search_leaves) + " candidate leaves";
+  if (policy == "icecache" && searches) {
+    if (search_score == "mass") d += ", scored by mass";
+    if (search_leaves > 0) d += ", " + std::to_string(search_leaves) + " candidate leaves";
   }
   if (policy == "icecache" && reuse_layers > 1) {
     d += ", layers share selections in groups of " + std::to_string(reuse_layers);

@@ -156,17 +156,16 @@ std::string FidelityTable(const SummaryInput& in, const std::vector<Config>& con
       }
       if (n == 0) continue;
       out += fmt::format(
-          "| {} | {} | {} | {:.4f} | {:.4f} | {:.3f} | {:.2f} | {:.2f} | {:.1f} of {:.0f} | {} |\n",
+          "| {} | {} | {} | {:.4f} | {:.4f} | {:.3f} | {:.2f} | {:.2f} | {:.1f} of {:.0f} | {} |",
           c.first, budget, LengthHeader(l, in.trained_context), m["kl_mean"].value(),
           m["kl_max"].value(), m["top1_agreement"].value(), m["ppl"].value(), m["ppl_full"].value(),
           m["first_divergence"].value(), m["gen_tokens"].value(), n);
       if (recall) {
-        out.pop_back();  // the row's newline
-        out += m["recall_mean"].n > 0
-                   ? fmt::format(" {:.4f} | {:.3f} |\n", m["recall_mean"].value(),
-                                 m["recall_p10"].value())
-                   : " - | - |\n";
+        out += m["recall_mean"].n > 0 ? fmt::format(" {:.4f} | {:.3f} |", m["recall_mean"].value(),
+                                                    m["recall_p10"].value())
+                                      : " - | - |";
       }
+      out += "\n";
     }
   }
   return out;

@@ -482,11 +482,10 @@ void IceCacheIndex::RecordGain(const KvSequence& seq, int layer, int h, const Tr
                                HeadScratch* s) {
   const std::vector<PageRef>& pages = seq.pages(layer, h);
   KeyReader reader(seq.pool().view());
-  const TreeQuery plain{query.q, query.group, query.dim};
   s->picked.Reset(query.group);
   for (const Pick& pick : s->picks) {
     const PageRef& p = pick.loose ? pages[s->loose_page[pick.id]] : pages[sink_pages_ + pick.id];
-    s->picked.Add(plain, reader.Keys(p.id, p.len), p.len);
+    s->picked.Add(query, reader.Keys(p.id, p.len), p.len);  // HeadLse reads no shift
     s->stats.keys_scored += static_cast<int64_t>(p.len) * query.group;
   }
   std::vector<float>& gain = state(layer, h).pick_gain;
